@@ -1,0 +1,371 @@
+//! The store: byte layout of a per-process profile file (`*.mwp`), written in place by the
+//! preload through a shared file mapping and read by the core after the run.
+//!
+//! Declared once here so that writer and reader cannot disagree. Everything is
+//! little-endian, `#[repr(C)]`, at fixed offsets computed by [`Layout`].
+//!
+//! ```text
+//! offset 0                 Header            (HEADER_SIZE bytes)
+//! layout.modules_offset    ModuleRecord × module_capacity
+//! layout.stacks_offset     StackRecord  × stack_capacity     (stack id = index)
+//! layout.frames_offset     u64          × frame_capacity     (return addresses)
+//! ```
+//!
+//! The file is mapped `MAP_SHARED`, so whatever the process has written survives its death
+//! (SIGKILL, a crash): the kernel owns the pages. Its size grows with the number of unique
+//! stacks and loaded modules, never with the number of allocations.
+//!
+//! ## The exact peak, in O(1) per event
+//! The header holds the pair `heap = [live, peak]`, updated by one 128-bit compare-and-swap
+//! per event. `peak` is only *committed* on a falling edge: a free that starts while
+//! `live > peak` first sets `peak = live`. Since `peak` strictly increases at every commit
+//! it doubles as an epoch: each stack remembers in `snap_peak` the peak value at which it
+//! last copied its live figures into `snap_*`. When a stack is touched and `snap_peak`
+//! differs from the current peak, its live figures (unchanged since the commit, because
+//! the stack was not touched) are the figures at the peak, so they are copied first.
+//! A reader therefore computes, for the final `(live, peak)`:
+//! - if `live > peak`: the peak is now, and each stack's figures at the peak are its live ones;
+//! - else, per stack: `snap_*` if `snap_peak == peak`, otherwise its live figures.
+#![no_std]
+#![deny(unsafe_op_in_unsafe_fn)]
+#![warn(missing_docs)]
+
+/// First eight bytes of every profile file.
+pub const MAGIC: [u8; 8] = *b"MWPROF\0\0";
+/// Version of this layout; a reader rejects any other.
+pub const FORMAT_VERSION: u32 = 1;
+/// Bytes reserved for the [`Header`] at the start of the file.
+pub const HEADER_SIZE: u64 = 8192;
+/// Bytes of the command line kept in the header (NUL-separated arguments).
+pub const ARGV_CAPACITY: usize = 4096;
+/// Bytes of a module path kept in a [`ModuleRecord`].
+pub const MODULE_PATH_CAPACITY: usize = 432;
+/// Longest build id kept.
+pub const BUILD_ID_CAPACITY: usize = 32;
+/// Deepest stack the layout can hold (the preload's depth option is clamped to it).
+pub const MAX_DEPTH_LIMIT: u32 = 256;
+/// Stack id 0 is reserved: events whose stack could not be stored (table full, unwinding
+/// impossible) are counted there, so totals stay exact even when stacks are not.
+pub const UNKNOWN_STACK_ID: u32 = 0;
+/// Name of the folder, inside the output folder, that holds the `*.mwp` files.
+pub const RAW_DIR: &str = "raw";
+/// Extension of a profile file.
+pub const PROFILE_EXTENSION: &str = "mwp";
+
+/// How a process ended, as far as the process itself could record it.
+pub mod exit_kind {
+    /// Still running, or killed before it could record anything (SIGKILL, crash).
+    pub const UNKNOWN: u32 = 0;
+    /// `exit_value` is the exit status given to `exit`/`_exit` or returned from `main`.
+    pub const CODE: u32 = 1;
+    /// `exit_value` is a signal number (`abort` records SIGABRT).
+    pub const SIGNAL: u32 = 2;
+}
+
+/// Bits of [`Header::flags`].
+pub mod flags {
+    /// Tracking stopped early (see `degraded_reason`); figures cover the time before that.
+    pub const DEGRADED: u64 = 1 << 0;
+    /// The stack table or frame area filled up; later new stacks were counted under
+    /// [`crate::UNKNOWN_STACK_ID`].
+    pub const STACKS_FULL: u64 = 1 << 1;
+    /// The process was created by `fork` and started with its parent's live heap.
+    pub const FORKED: u64 = 1 << 2;
+    /// The main program defines its own `malloc`, so calls to it bypass memwarden.
+    pub const OWN_MALLOC: u64 = 1 << 3;
+    /// The command line was longer than [`crate::ARGV_CAPACITY`] and was cut.
+    pub const ARGV_TRUNCATED: u64 = 1 << 4;
+    /// The module table filled up; frames in later modules cannot be symbolized.
+    pub const MODULES_FULL: u64 = 1 << 5;
+}
+
+/// Why tracking stopped, in [`Header::degraded_reason`].
+pub mod degraded_reason {
+    /// Tracking did not stop.
+    pub const NONE: u32 = 0;
+    /// The profile file could not be grown (disk full or quota).
+    pub const FILE_GROW_FAILED: u32 = 1;
+    /// The address map could not get memory for a new block.
+    pub const ADDRESS_MAP_FULL: u32 = 2;
+    /// A live-byte sum overflowed 64 bits (a corrupt size or a wild free).
+    pub const COUNTER_OVERFLOW: u32 = 3;
+}
+
+/// Where each region starts and how many records it holds.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Layout {
+    /// Byte offset of the first [`ModuleRecord`].
+    pub modules_offset: u64,
+    /// Number of module records the file has room for.
+    pub module_capacity: u64,
+    /// Byte offset of the first [`StackRecord`].
+    pub stacks_offset: u64,
+    /// Number of stack records the file has room for (ids `0..stack_capacity`).
+    pub stack_capacity: u64,
+    /// Byte offset of the frame area.
+    pub frames_offset: u64,
+    /// Number of `u64` frame words the file has room for.
+    pub frame_capacity: u64,
+    /// Total size of the file when every region is full.
+    pub file_size: u64,
+}
+
+const PAGE: u64 = 4096;
+
+const fn round_up_to_page(n: u64) -> u64 {
+    n.div_ceil(PAGE) * PAGE
+}
+
+impl Layout {
+    /// The layout for the given capacities; `None` if the file size would overflow.
+    pub const fn new(module_capacity: u64, stack_capacity: u64, frame_capacity: u64) -> Option<Self> {
+        let modules_offset = HEADER_SIZE;
+        let Some(modules_bytes) = module_capacity.checked_mul(core::mem::size_of::<ModuleRecord>() as u64) else {
+            return None;
+        };
+        let Some(stacks_offset) = modules_offset.checked_add(modules_bytes) else {
+            return None;
+        };
+        let stacks_offset = round_up_to_page(stacks_offset);
+        let Some(stacks_bytes) = stack_capacity.checked_mul(core::mem::size_of::<StackRecord>() as u64) else {
+            return None;
+        };
+        let Some(frames_offset) = stacks_offset.checked_add(stacks_bytes) else {
+            return None;
+        };
+        let frames_offset = round_up_to_page(frames_offset);
+        let Some(frames_bytes) = frame_capacity.checked_mul(8) else {
+            return None;
+        };
+        let Some(file_size) = frames_offset.checked_add(frames_bytes) else {
+            return None;
+        };
+        Some(Layout {
+            modules_offset,
+            module_capacity,
+            stacks_offset,
+            stack_capacity,
+            frames_offset,
+            frame_capacity,
+            file_size: round_up_to_page(file_size),
+        })
+    }
+
+    /// Byte offset of stack record `id`.
+    pub const fn stack_offset(&self, id: u64) -> u64 {
+        self.stacks_offset + id * core::mem::size_of::<StackRecord>() as u64
+    }
+
+    /// Byte offset of module record `index`.
+    pub const fn module_offset(&self, index: u64) -> u64 {
+        self.modules_offset + index * core::mem::size_of::<ModuleRecord>() as u64
+    }
+
+    /// Byte offset of frame word `index`.
+    pub const fn frame_offset(&self, index: u64) -> u64 {
+        self.frames_offset + index * 8
+    }
+}
+
+/// The first [`HEADER_SIZE`] bytes of a profile file.
+///
+/// Fields marked *live* change while the process runs; the preload accesses them
+/// atomically, a reader after the run reads them plainly.
+#[repr(C, align(64))]
+#[derive(Clone, Copy)]
+pub struct Header {
+    /// [`MAGIC`].
+    pub magic: [u8; 8],
+    /// [`FORMAT_VERSION`].
+    pub version: u32,
+    /// `size_of::<Header>()` as written, a check against a mismatched reader.
+    pub header_size: u32,
+    /// Process id.
+    pub pid: u32,
+    /// Parent process id when tracking started.
+    pub ppid: u32,
+    /// Deepest stack recorded, in frames.
+    pub max_depth: u32,
+    /// One of [`exit_kind`] (*live*).
+    pub exit_kind: u32,
+    /// Exit code or signal number, as `exit_kind` says (*live*).
+    pub exit_value: i32,
+    /// One of [`degraded_reason`] (*live*).
+    pub degraded_reason: u32,
+    /// Wall-clock time tracking started, ns since the Unix epoch.
+    pub start_realtime_ns: u64,
+    /// `CLOCK_MONOTONIC` time tracking started, ns.
+    pub start_monotonic_ns: u64,
+    /// Where the regions are.
+    pub layout: Layout,
+    /// `[live bytes, peak bytes]`, one 16-byte-aligned atomic pair (*live*); see the crate docs.
+    pub heap: [u64; 2],
+    /// `[live blocks, blocks at the peak]`: informational, the per-stack figures are exact.
+    pub blocks: [u64; 2],
+    /// ns after start when the committed peak was reached (*live*).
+    pub peak_time_ns: u64,
+    /// ns after start of the latest allocation that raised `live` above `peak` (*live*).
+    pub rise_time_ns: u64,
+    /// ns after start when the process ended, 0 if it did not record its end (*live*).
+    pub end_time_ns: u64,
+    /// Stack records in use, including the reserved id 0 (*live*).
+    pub stack_count: u64,
+    /// Frame words in use (*live*).
+    pub frame_words_used: u64,
+    /// Module records in use (*live*).
+    pub module_count: u64,
+    /// Bits of [`flags`] (*live*).
+    pub flags: u64,
+    /// Allocations made while tracking was off for this process (degraded) (*live*).
+    pub untracked_allocations: u64,
+    /// Bytes of `argv` in use.
+    pub argv_len: u32,
+    /// Reserved, zero.
+    pub reserved0: u32,
+    /// Times a writer found a stack record or address-map shard locked and had to wait
+    /// (*live*): the contention figure of the locking strategy.
+    pub lock_waits: u64,
+    /// Times the 128-bit `heap` compare-and-swap lost a race and retried (*live*).
+    pub heap_cas_retries: u64,
+    /// Reserved for later format additions, zero.
+    pub reserved: [u64; 30],
+    /// The command line, arguments separated by NUL.
+    pub argv: [u8; ARGV_CAPACITY],
+}
+
+/// A module (executable or shared object) mapped in the process, for symbolization.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ModuleRecord {
+    /// Non-zero once every other field is written.
+    pub published: u32,
+    /// Bytes of `path` in use.
+    pub path_len: u32,
+    /// Load bias: runtime address minus the address stated in the ELF file.
+    pub base: u64,
+    /// Lowest runtime address of its loaded segments.
+    pub start: u64,
+    /// One past the highest runtime address of its loaded segments.
+    pub end: u64,
+    /// `CLOCK_MONOTONIC` ns after start when it was seen loaded.
+    pub loaded_ns: u64,
+    /// Bytes of `build_id` in use.
+    pub build_id_len: u32,
+    /// Bits: 1 = the main executable, 2 = the vDSO, 4 = path was cut.
+    pub module_flags: u32,
+    /// GNU build id, if the module has one.
+    pub build_id: [u8; BUILD_ID_CAPACITY],
+    /// Path of the file mapped (absolute where the loader knew it).
+    pub path: [u8; MODULE_PATH_CAPACITY],
+}
+
+/// Module flag: the main executable.
+pub const MODULE_MAIN: u32 = 1;
+/// Module flag: the kernel's vDSO (no file on disk).
+pub const MODULE_VDSO: u32 = 2;
+/// Module flag: the path did not fit and was cut.
+pub const MODULE_PATH_TRUNCATED: u32 = 4;
+
+/// One unique call stack and its accounting. Its index in the stack region is its id.
+///
+/// Byte and block counts are signed so that a free of a block that a forked child
+/// inherited mid-update cannot wrap; a reader clamps them at zero.
+#[repr(C, align(128))]
+#[derive(Clone, Copy)]
+pub struct StackRecord {
+    /// Spin lock word of the writer (preload only).
+    pub lock: u32,
+    /// Non-zero once `depth`, `hash` and the frames are written.
+    pub published: u32,
+    /// Number of frames.
+    pub depth: u32,
+    /// Next id in the writer's hash chain (preload only).
+    pub next: u32,
+    /// Hash of the frames (preload only).
+    pub hash: u64,
+    /// Index of the first frame word; frames run innermost first, as return addresses.
+    pub frames_start: u64,
+    /// Bytes live now.
+    pub live_bytes: i64,
+    /// Blocks live now.
+    pub live_blocks: i64,
+    /// Bytes live when the process's peak numbered `snap_peak` was committed.
+    pub snap_bytes: i64,
+    /// Blocks live at that moment.
+    pub snap_blocks: i64,
+    /// The peak value `snap_*` belong to (see the crate docs).
+    pub snap_peak: u64,
+    /// Highest `live_bytes` this stack ever had.
+    pub max_live_bytes: i64,
+    /// Bytes ever allocated from this stack (requested sizes).
+    pub allocated_bytes: u64,
+    /// Allocations ever made from this stack.
+    pub allocations: u64,
+    /// Blocks from this stack that were freed (or shrunk away by realloc).
+    pub frees: u64,
+    /// Reserved: the kind of memory (0 native), for later issues.
+    pub category: u32,
+    /// Reserved, zero.
+    pub reserved0: u32,
+}
+
+const _: () = assert!(core::mem::size_of::<Header>() as u64 <= HEADER_SIZE);
+const _: () = assert!(core::mem::size_of::<StackRecord>() == 128);
+const _: () = assert!(core::mem::size_of::<ModuleRecord>() == 512);
+const _: () = assert!(core::mem::offset_of!(Header, heap) % 16 == 0);
+
+/// Capacities the preload uses unless told otherwise.
+pub mod defaults {
+    /// Modules (executable, shared objects, vDSO).
+    pub const MODULE_CAPACITY: u64 = 4096;
+    /// Unique stacks.
+    pub const STACK_CAPACITY: u64 = 1 << 20;
+    /// Frame words (about 16 per stack on average).
+    pub const FRAME_CAPACITY: u64 = 1 << 24;
+    /// Frames per stack.
+    pub const MAX_DEPTH: u32 = 64;
+}
+
+/// The figures of one stack at the process's peak, by the rule in the crate docs.
+///
+/// Returns `(bytes, blocks)`, clamped at zero.
+pub fn at_peak(stack: &StackRecord, live: u64, peak: u64) -> (u64, u64) {
+    let (bytes, blocks) = if live > peak || stack.snap_peak != peak {
+        (stack.live_bytes, stack.live_blocks)
+    } else {
+        (stack.snap_bytes, stack.snap_blocks)
+    };
+    (bytes.max(0) as u64, blocks.max(0) as u64)
+}
+
+/// The process's peak live bytes, by the rule in the crate docs.
+pub fn peak_bytes(live: u64, peak: u64) -> u64 {
+    live.max(peak)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_layout_is_page_aligned_and_ordered() {
+        let l = Layout::new(
+            defaults::MODULE_CAPACITY,
+            defaults::STACK_CAPACITY,
+            defaults::FRAME_CAPACITY,
+        )
+        .unwrap();
+        assert_eq!(l.modules_offset, HEADER_SIZE);
+        assert!(l.stacks_offset >= l.modules_offset + l.module_capacity * 512);
+        assert_eq!(l.stacks_offset % 4096, 0);
+        assert_eq!(l.frames_offset % 4096, 0);
+        assert!(l.file_size >= l.frames_offset + l.frame_capacity * 8);
+    }
+
+    #[test]
+    fn layout_overflow_is_refused() {
+        assert!(Layout::new(u64::MAX, 1, 1).is_none());
+        assert!(Layout::new(1, u64::MAX / 2, 1).is_none());
+    }
+}

@@ -1,0 +1,1 @@
+//! memwarden core (filled in by the core work).
