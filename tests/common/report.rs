@@ -1,0 +1,267 @@
+//! `report.json` as the tests read it (the contract of issue 2), and the queries the tests
+//! make on it: figures by the test-program function a stack belongs to.
+
+use serde::Deserialize;
+use std::fmt::Write as _;
+use std::path::Path;
+
+use super::PROGRAM_PREFIX;
+
+#[derive(Debug, Deserialize)]
+pub struct Report {
+    pub format_version: serde_json::Value,
+    pub command: Vec<String>,
+    pub processes: Vec<Process>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct Process {
+    pub pid: u32,
+    pub ppid: u32,
+    pub argv: Vec<String>,
+    /// `None` when the report does not know how the process ended.
+    pub exit: Option<Exit>,
+    pub peak_bytes: u64,
+    pub peak_time_ms: f64,
+    pub totals: Totals,
+    pub not_freed_bytes: u64,
+    pub stacks: Vec<Stack>,
+    pub replaced_by_exec: bool,
+    pub forked: bool,
+}
+
+/// `{"code": N}` or `{"signal": N}`.
+#[derive(Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct Exit {
+    pub code: Option<i32>,
+    pub signal: Option<i32>,
+}
+
+impl Exit {
+    pub fn code(code: i32) -> Exit {
+        Exit {
+            code: Some(code),
+            signal: None,
+        }
+    }
+
+    pub fn signal(signal: i32) -> Exit {
+        Exit {
+            code: None,
+            signal: Some(signal),
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+pub struct Totals {
+    pub allocated_bytes: u64,
+    pub allocations: u64,
+    pub frees: u64,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct Stack {
+    pub id: u64,
+    pub frames: Vec<Frame>,
+    pub at_peak_bytes: u64,
+    pub at_peak_blocks: u64,
+    pub live_bytes: u64,
+    pub live_blocks: u64,
+    pub max_live_bytes: u64,
+    pub allocated_bytes: u64,
+    pub allocations: u64,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct Frame {
+    pub function: Option<String>,
+    pub file: Option<String>,
+    pub line: Option<u32>,
+    pub module: Option<String>,
+}
+
+/// The last path component of `path`.
+pub fn basename(path: &str) -> &str {
+    path.rsplit('/').next().unwrap_or(path)
+}
+
+impl Frame {
+    /// Whether the frame is code of a program the test compiled.
+    pub fn in_test_program(&self) -> bool {
+        self.module
+            .as_deref()
+            .is_some_and(|m| basename(m).starts_with(PROGRAM_PREFIX))
+    }
+}
+
+impl Report {
+    pub fn load(path: &Path) -> Result<Report, String> {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))
+    }
+
+    /// The processes whose argv[0] names the program `name` (a path or a file name).
+    pub fn processes_of(&self, name: &str) -> Vec<&Process> {
+        let name = basename(name);
+        self.processes
+            .iter()
+            .filter(|p| p.argv.first().is_some_and(|a| basename(a) == name))
+            .collect()
+    }
+
+    /// The one process whose argv[0] names `name`.
+    pub fn process_of(&self, name: &str) -> &Process {
+        let found = self.processes_of(name);
+        assert_eq!(
+            found.len(),
+            1,
+            "expected one process of {name}; report has:\n{}",
+            self.describe()
+        );
+        found[0]
+    }
+
+    /// The only process of the report.
+    pub fn only_process(&self) -> &Process {
+        assert_eq!(
+            self.processes.len(),
+            1,
+            "expected one process; report has:\n{}",
+            self.describe()
+        );
+        &self.processes[0]
+    }
+
+    /// A short listing of every process, for failure messages.
+    pub fn describe(&self) -> String {
+        self.processes.iter().map(Process::describe).collect()
+    }
+}
+
+impl Process {
+    /// The function of the innermost frame of `stack` that is in the test program and has
+    /// a name: the function the tests attribute the stack to.
+    pub fn program_function(stack: &Stack) -> Option<&str> {
+        stack
+            .frames
+            .iter()
+            .find(|f| f.in_test_program() && f.function.is_some())
+            .and_then(|f| f.function.as_deref())
+    }
+
+    /// The stacks attributed to `function`.
+    pub fn stacks_in<'a>(&'a self, function: &'a str) -> impl Iterator<Item = &'a Stack> + 'a {
+        self.stacks
+            .iter()
+            .filter(move |s| Self::program_function(s) == Some(function))
+    }
+
+    fn sum(&self, function: &str, field: fn(&Stack) -> u64) -> u64 {
+        self.stacks_in(function).map(field).sum()
+    }
+
+    /// Bytes live at the process's peak in stacks attributed to `function`.
+    pub fn at_peak(&self, function: &str) -> u64 {
+        self.sum(function, |s| s.at_peak_bytes)
+    }
+
+    pub fn at_peak_blocks(&self, function: &str) -> u64 {
+        self.sum(function, |s| s.at_peak_blocks)
+    }
+
+    /// Bytes live at exit in stacks attributed to `function`.
+    pub fn live(&self, function: &str) -> u64 {
+        self.sum(function, |s| s.live_bytes)
+    }
+
+    pub fn live_blocks(&self, function: &str) -> u64 {
+        self.sum(function, |s| s.live_blocks)
+    }
+
+    pub fn allocated(&self, function: &str) -> u64 {
+        self.sum(function, |s| s.allocated_bytes)
+    }
+
+    pub fn allocations(&self, function: &str) -> u64 {
+        self.sum(function, |s| s.allocations)
+    }
+
+    /// The sum over `function`'s stacks of each stack's highest live bytes.
+    pub fn max_live(&self, function: &str) -> u64 {
+        self.sum(function, |s| s.max_live_bytes)
+    }
+
+    /// The sum of every stack's bytes at the peak.
+    pub fn at_peak_total(&self) -> u64 {
+        self.stacks.iter().map(|s| s.at_peak_bytes).sum()
+    }
+
+    /// The peak is consistent with its stacks and within 64 KiB above the bytes the test
+    /// program knows it had live then (the C runtime allocates a little of its own).
+    pub fn assert_peak_near(&self, known: u64) {
+        assert_eq!(
+            self.peak_bytes,
+            self.at_peak_total(),
+            "peak_bytes must equal the sum of the stacks' at_peak_bytes\n{}",
+            self.describe()
+        );
+        assert!(
+            self.peak_bytes >= known && self.peak_bytes < known + 64 * 1024,
+            "peak_bytes {} should be in [{known}, {known} + 64 KiB)\n{}",
+            self.peak_bytes,
+            self.describe()
+        );
+    }
+
+    /// A short listing of the process and its stacks with test-program frames (plus the
+    /// count of the others), for failure messages.
+    pub fn describe(&self) -> String {
+        let mut out = format!(
+            "process pid {} ppid {} argv {:?} exit {:?} peak {} not_freed {} forked {} replaced_by_exec {} \
+             ({} stacks)\n",
+            self.pid,
+            self.ppid,
+            self.argv,
+            self.exit,
+            self.peak_bytes,
+            self.not_freed_bytes,
+            self.forked,
+            self.replaced_by_exec,
+            self.stacks.len()
+        );
+        let mut others = (0u64, 0u64, 0u64);
+        for stack in &self.stacks {
+            let Some(function) = Self::program_function(stack) else {
+                others.0 += 1;
+                others.1 += stack.at_peak_bytes;
+                others.2 += stack.allocated_bytes;
+                continue;
+            };
+            let frames: Vec<&str> = stack
+                .frames
+                .iter()
+                .map(|f| f.function.as_deref().unwrap_or("?"))
+                .collect();
+            let _ = writeln!(
+                out,
+                "  {function}: at_peak {}/{} live {}/{} max_live {} allocated {} in {} [{}]",
+                stack.at_peak_bytes,
+                stack.at_peak_blocks,
+                stack.live_bytes,
+                stack.live_blocks,
+                stack.max_live_bytes,
+                stack.allocated_bytes,
+                stack.allocations,
+                frames.join(" < ")
+            );
+        }
+        let _ = writeln!(
+            out,
+            "  + {} stacks outside the test program: at_peak {} allocated {}",
+            others.0, others.1, others.2
+        );
+        out
+    }
+}

@@ -1,0 +1,177 @@
+//! Real and rough workloads run to completion under the profiler with unchanged results:
+//! the sqlite3 shell, and threads churning the heap while the main thread forks.
+
+mod common;
+use common::*;
+use std::fmt::Write as _;
+use std::process::Command;
+
+/// A deterministic SQL script: `rows` inserts in one transaction, then indexing, updates,
+/// deletes, aggregates and point queries.
+fn sql_script(rows: u32) -> String {
+    let mut sql = String::from(
+        "CREATE TABLE t(id INTEGER PRIMARY KEY, name TEXT, score INTEGER, grp INTEGER);\nBEGIN;\n",
+    );
+    for i in 0..rows {
+        let _ = writeln!(
+            sql,
+            "INSERT INTO t(name, score, grp) VALUES('name-{i}-{}', {}, {});",
+            "x".repeat((i % 40) as usize),
+            (u64::from(i) * 7919) % 100_003,
+            i % 97
+        );
+    }
+    sql.push_str(
+        "COMMIT;\n\
+         CREATE INDEX t_grp ON t(grp, score);\n\
+         SELECT count(*), sum(score), max(length(name)) FROM t;\n\
+         SELECT grp, count(*), max(score), min(name) FROM t GROUP BY grp ORDER BY grp LIMIT 10;\n\
+         UPDATE t SET score = score + 1 WHERE grp % 3 = 0;\n\
+         DELETE FROM t WHERE id % 10 = 0;\n\
+         SELECT count(*), sum(score) FROM t;\n\
+         SELECT name FROM t ORDER BY score DESC, id LIMIT 5;\n\
+         SELECT group_concat(name, ',') FROM (SELECT name FROM t WHERE grp = 42 ORDER BY id LIMIT 20);\n",
+    );
+    for k in 0..500u32 {
+        let _ = writeln!(
+            sql,
+            "SELECT id, score FROM t WHERE id = {};",
+            (k * 97) % rows + 1
+        );
+    }
+    sql
+}
+
+#[test]
+fn sqlite3_shell_gives_the_same_output_under_the_profiler() {
+    let sqlite = "/usr/bin/sqlite3";
+    if Command::new(sqlite).arg("-version").output().is_err() {
+        return skip_or_fail("sqlite3");
+    }
+    let scratch = Scratch::new("stress_sqlite");
+    let script = scratch.write("script.sql", sql_script(50_000));
+    let bare = run_bare(&scratch, &[sqlite, ":memory:"], Some(&script));
+    assert_success(&bare, "sqlite3 without the profiler");
+    assert!(
+        bare.stdout.len() > 1000,
+        "the script prints its query results"
+    );
+
+    let run = profile_with(
+        &scratch,
+        &[sqlite, ":memory:"],
+        &RunOptions {
+            stdin: Some(&script),
+            ..Default::default()
+        },
+    );
+
+    assert_success(&run.outcome, "sqlite3 under memwarden");
+    assert!(
+        run.outcome.stdout == bare.stdout,
+        "the profiled output differs from the bare output"
+    );
+    let p = run.report.only_process();
+    assert_eq!(p.exit, Some(Exit::code(0)));
+    assert!(
+        p.totals.allocations > 50_000,
+        "sqlite3 allocated: {:?}",
+        p.totals
+    );
+    assert_eq!(p.peak_bytes, p.at_peak_total(), "{}", p.describe());
+}
+
+/// GIVEN four threads churning malloc/calloc/realloc/free while the main thread forks 50
+/// children, each of which allocates 100 blocks in child_work(), frees them and exits 0.
+const FORK_CHURN: &str = r#"
+#include <pthread.h>
+#include <stdatomic.h>
+#include <sys/wait.h>
+#define THREADS 4
+#define CHILDREN 50
+atomic_int stop;
+NOINLINE void *churn(void *arg) {
+    unsigned seed = (unsigned)(long)arg * 2654435761u + 1;
+    void *ring[256] = {0};
+    while (!atomic_load(&stop)) {
+        for (int i = 0; i < 1000; i++) {
+            seed = seed * 1103515245u + 12345u;
+            unsigned slot = (seed >> 8) % 256;
+            size_t size = 16 + (seed >> 16) % 4080;
+            switch (seed % 4) {
+            case 0: free(ring[slot]); ring[slot] = malloc(size); break;
+            case 1: free(ring[slot]); ring[slot] = calloc(1, size); break;
+            case 2: { void *p = realloc(ring[slot], size); if (p) ring[slot] = p; break; }
+            default: free(ring[slot]); ring[slot] = NULL; break;
+            }
+        }
+    }
+    for (int i = 0; i < 256; i++) free(ring[i]);
+    return NULL;
+}
+NOINLINE void child_work(void) {
+    void *blocks[100];
+    for (int i = 0; i < 100; i++) blocks[i] = malloc(1000 + (size_t)i);
+    for (int i = 0; i < 100; i++) free(blocks[i]);
+}
+int main(void) {
+    pthread_t t[THREADS];
+    pid_t kids[CHILDREN];
+    for (long i = 0; i < THREADS; i++) pthread_create(&t[i], NULL, churn, (void *)i);
+    for (int i = 0; i < CHILDREN; i++) {
+        kids[i] = fork();
+        if (kids[i] == 0) {
+            child_work();
+            exit(0);
+        }
+        if (kids[i] < 0) return 3;
+    }
+    int failed = 0;
+    for (int i = 0; i < CHILDREN; i++) {
+        int status = 0;
+        if (waitpid(kids[i], &status, 0) != kids[i] || !WIFEXITED(status) || WEXITSTATUS(status) != 0) failed++;
+    }
+    atomic_store(&stop, 1);
+    for (int i = 0; i < THREADS; i++) pthread_join(t[i], NULL);
+    say(failed ? "some children failed\n" : "all children exited 0\n");
+    return failed ? 1 : 0;
+}
+"#;
+
+#[test]
+fn forking_while_threads_churn_neither_hangs_nor_loses_a_child() {
+    let scratch = Scratch::new("stress_fork_churn");
+    let prog = scratch.compile("fork_churn", FORK_CHURN);
+
+    let run = profile(&scratch, &[prog.arg()]);
+
+    assert_success(&run.outcome, "the fork churn program under memwarden");
+    assert_eq!(run.outcome.stdout_text(), "all children exited 0\n");
+    let r = &run.report;
+    assert_eq!(
+        r.processes.len(),
+        51,
+        "the parent and 50 children\n{}",
+        r.describe()
+    );
+    let parent = r.processes.iter().find(|p| !p.forked).expect("the parent");
+    assert_eq!(parent.exit, Some(Exit::code(0)));
+    assert_eq!(
+        parent.live("churn"),
+        0,
+        "the threads freed their rings\n{}",
+        parent.describe()
+    );
+    for child in r.processes.iter().filter(|p| p.forked) {
+        assert_eq!(child.ppid, parent.pid);
+        assert_eq!(child.exit, Some(Exit::code(0)), "{}", child.describe());
+        assert_eq!(child.allocations("child_work"), 100, "{}", child.describe());
+        assert_eq!(
+            child.allocated("child_work"),
+            100 * 1000 + 4950,
+            "{}",
+            child.describe()
+        );
+        assert_eq!(child.live("child_work"), 0, "{}", child.describe());
+    }
+}

@@ -1,0 +1,146 @@
+//! The profiler is invisible to the target: its stdout comes out byte for byte, its
+//! stderr comes before the summary, stdin reaches it, and a user's own LD_PRELOAD still
+//! works (libmemwarden.so is prepended to it, not put in its place).
+
+mod common;
+use common::*;
+
+/// GIVEN a program writing known bytes (with a NUL and no final newline) to stdout and a
+/// known line to stderr, around an allocation.
+const OUTPUT: &str = r#"
+NOINLINE void output_alloc(void) { keep(malloc(123456)); }
+int main(void) {
+    static const char out[] = "line one\n\0\xff binary\nno final newline";
+    ssize_t r = write(1, out, sizeof out - 1);
+    r = write(2, "target stderr line\n", 19);
+    output_alloc();
+    r = write(1, "\nafter\n", 7);
+    (void)r;
+    return 0;
+}
+"#;
+
+#[test]
+fn target_stdout_is_exactly_its_own_and_its_stderr_comes_first() {
+    let scratch = Scratch::new("output");
+    let prog = scratch.compile("output", OUTPUT);
+
+    let run = profile(&scratch, &[prog.arg()]);
+
+    assert_success(&run.outcome, "memwarden run");
+    assert_eq!(
+        run.outcome.stdout,
+        b"line one\n\0\xff binary\nno final newline\nafter\n".to_vec()
+    );
+    let target_err = b"target stderr line\n";
+    assert!(
+        run.outcome.stderr.starts_with(target_err),
+        "stderr should start with the target's own stderr, got:\n{}",
+        run.outcome.stderr_text()
+    );
+    assert!(
+        run.outcome.stderr.len() > target_err.len(),
+        "memwarden prints a summary after the target's stderr"
+    );
+    assert_eq!(run.report.only_process().live("output_alloc"), 123456);
+}
+
+/// GIVEN a program that copies its stdin to its stdout.
+const CAT: &str = r#"
+int main(void) {
+    char buf[4096];
+    ssize_t n;
+    while ((n = read(0, buf, sizeof buf)) > 0)
+        if (write(1, buf, (size_t)n) != n) return 1;
+    return n < 0;
+}
+"#;
+
+#[test]
+fn stdin_reaches_the_target() {
+    let scratch = Scratch::new("stdin");
+    let prog = scratch.compile("cat", CAT);
+    let input: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8).collect();
+    let stdin = scratch.write("input.bin", &input);
+
+    let run = profile_with(
+        &scratch,
+        &[prog.arg()],
+        &RunOptions {
+            stdin: Some(&stdin),
+            ..Default::default()
+        },
+    );
+
+    assert_success(&run.outcome, "memwarden run");
+    assert!(
+        run.outcome.stdout == input,
+        "stdout differs from stdin ({} bytes)",
+        run.outcome.stdout.len()
+    );
+}
+
+/// A library of the user's own, preloaded: its constructor says in which program it runs.
+const MARKER_LIB: &str = r#"
+__attribute__((constructor)) static void marker(void) {
+    const char *name = program_invocation_short_name;
+    ssize_t r = write(2, "marker-loaded-in:", 17);
+    r = write(2, name, strlen(name));
+    r = write(2, "\n", 1);
+    (void)r;
+}
+"#;
+
+/// GIVEN a program that prints its LD_PRELOAD and allocates.
+const SHOW_PRELOAD: &str = r#"
+NOINLINE void preload_alloc(void) { keep(malloc(4321000)); }
+int main(void) {
+    const char *v = getenv("LD_PRELOAD");
+    say(v ? v : "(unset)");
+    say("\n");
+    preload_alloc();
+    return 0;
+}
+"#;
+
+#[test]
+fn libmemwarden_is_prepended_to_an_existing_ld_preload() {
+    let scratch = Scratch::new("ld_preload");
+    let marker = scratch.compile_with("marker.so", MARKER_LIB, &["-shared", "-fPIC"]);
+    let prog = scratch.compile("show_preload", SHOW_PRELOAD);
+    let env = [("LD_PRELOAD", marker.arg())];
+
+    let run = profile_with(
+        &scratch,
+        &[prog.arg()],
+        &RunOptions {
+            env: &env,
+            ..Default::default()
+        },
+    );
+
+    assert_success(&run.outcome, "memwarden run");
+    let stderr = run.outcome.stderr_text();
+    assert!(
+        stderr.contains(&format!("marker-loaded-in:{}\n", prog.name())),
+        "the user's preload must still load in the target; stderr:\n{stderr}"
+    );
+    let seen = run.outcome.stdout_text();
+    let entries: Vec<&str> = seen
+        .trim_end()
+        .split([':', ' '])
+        .filter(|e| !e.is_empty())
+        .collect();
+    assert!(
+        entries
+            .first()
+            .is_some_and(|e| e.ends_with("/libmemwarden.so")),
+        "libmemwarden.so comes first in the target's LD_PRELOAD, got {seen:?}"
+    );
+    assert!(
+        entries.contains(&marker.arg()),
+        "the user's entry is kept, got {seen:?}"
+    );
+    let p = run.report.only_process();
+    assert_eq!(p.live("preload_alloc"), 4321000, "{}", p.describe());
+}
