@@ -119,16 +119,24 @@ const fn round_up_to_page(n: u64) -> u64 {
 
 impl Layout {
     /// The layout for the given capacities; `None` if the file size would overflow.
-    pub const fn new(module_capacity: u64, stack_capacity: u64, frame_capacity: u64) -> Option<Self> {
+    pub const fn new(
+        module_capacity: u64,
+        stack_capacity: u64,
+        frame_capacity: u64,
+    ) -> Option<Self> {
         let modules_offset = HEADER_SIZE;
-        let Some(modules_bytes) = module_capacity.checked_mul(core::mem::size_of::<ModuleRecord>() as u64) else {
+        let Some(modules_bytes) =
+            module_capacity.checked_mul(core::mem::size_of::<ModuleRecord>() as u64)
+        else {
             return None;
         };
         let Some(stacks_offset) = modules_offset.checked_add(modules_bytes) else {
             return None;
         };
         let stacks_offset = round_up_to_page(stacks_offset);
-        let Some(stacks_bytes) = stack_capacity.checked_mul(core::mem::size_of::<StackRecord>() as u64) else {
+        let Some(stacks_bytes) =
+            stack_capacity.checked_mul(core::mem::size_of::<StackRecord>() as u64)
+        else {
             return None;
         };
         let Some(frames_offset) = stacks_offset.checked_add(stacks_bytes) else {

@@ -1,1 +1,44 @@
-//! preload
+//! libmemwarden.so — the preload: interposed call → event → store.
+//!
+//! Loaded with `LD_PRELOAD` into every process of a `memwarden run`, it interposes the malloc
+//! family ([`hooks`]), captures each allocation's call stack ([`unwind`]), interns it
+//! ([`stack_table`]), remembers each live block ([`address_map`]) and keeps the per-stack
+//! accounting and the exact peak ([`accounting`]) in a file-backed shared mapping
+//! ([`profile_file`], layout in `memwarden-abi`) that survives the process's death.
+//!
+//! Rules every hook follows: the reentrancy [`thread_state::Guard`] is taken before anything
+//! is recorded (and only a guard holder can record); nothing here panics or unwinds into the
+//! host (`panic = "abort"`, no panicking paths on hooks); errno is preserved; when something
+//! goes wrong, tracking stops and says so once ([`lifecycle::degrade`]).
+#![deny(unsafe_op_in_unsafe_fn)]
+
+mod accounting;
+mod address_map;
+mod config;
+mod exits;
+mod fork;
+mod hooks;
+mod hooks_dl;
+mod libc_alloc;
+mod lifecycle;
+mod log;
+mod modules;
+mod profile_file;
+mod real;
+mod recorder;
+mod spin;
+mod stack_table;
+mod thread_state;
+mod unwind;
+
+#[global_allocator]
+static OWN_HEAP: libc_alloc::LibcAllocator = libc_alloc::LibcAllocator;
+
+/// Runs when the loader initializes this library, before the program's `main`.
+extern "C" fn on_load() {
+    lifecycle::initialize();
+}
+
+#[used]
+#[link_section = ".init_array"]
+static ON_LOAD: extern "C" fn() = on_load;

@@ -1,0 +1,119 @@
+//! The preload's one lifecycle state, in an atomic: uninitialized → initializing → active,
+//! or disabled (never configured, or degraded after a failure). Hooks record only while it
+//! is active; in every other state they pass straight through to glibc.
+
+use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU8, Ordering};
+
+use memwarden_abi::{degraded_reason, flags, Header};
+
+use crate::config::Config;
+use crate::log;
+use crate::profile_file::Identity;
+use crate::recorder::Recorder;
+use crate::thread_state::Guard;
+use crate::{fork, unwind};
+
+const UNINITIALIZED: u8 = 0;
+const INITIALIZING: u8 = 1;
+const ACTIVE: u8 = 2;
+const DISABLED: u8 = 3;
+
+static STATE: AtomicU8 = AtomicU8::new(UNINITIALIZED);
+static RECORDER: AtomicPtr<Recorder> = AtomicPtr::new(core::ptr::null_mut());
+static DEGRADED_SAID: AtomicBool = AtomicBool::new(false);
+
+/// The recorder, while tracking is active.
+#[inline(always)]
+pub fn active() -> Option<&'static Recorder> {
+    if STATE.load(Ordering::Acquire) != ACTIVE {
+        return None;
+    }
+    recorder()
+}
+
+/// The recorder if one was made, active or not (a degraded process still records its exit).
+pub fn recorder() -> Option<&'static Recorder> {
+    // SAFETY: the recorder is a leaked Box published once and never freed.
+    unsafe { RECORDER.load(Ordering::Acquire).as_ref() }
+}
+
+/// Start-up, from the library constructor: read the options, create the profile file, list
+/// the modules. Any failure leaves the process untracked but running.
+pub fn initialize() {
+    if STATE
+        .compare_exchange(
+            UNINITIALIZED,
+            INITIALIZING,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        )
+        .is_err()
+    {
+        return;
+    }
+    let Some(guard) = Guard::enter() else {
+        STATE.store(DISABLED, Ordering::Release);
+        return;
+    };
+    let Some(config) = Config::from_environment() else {
+        STATE.store(DISABLED, Ordering::Release);
+        return;
+    };
+    let identity = Identity::of_this_process(config.max_depth() as u32);
+    match Recorder::create(config, &identity) {
+        Ok(recorder) => {
+            let recorder: &'static Recorder = Box::leak(Box::new(recorder));
+            RECORDER.store(
+                recorder as *const Recorder as *mut Recorder,
+                Ordering::Release,
+            );
+            unwind::install_thread_exit_hook();
+            unwind::rebuild(&guard, Some(&recorder.file));
+            recorder.note_own_malloc();
+            fork::install();
+            STATE.store(ACTIVE, Ordering::Release);
+        }
+        Err(errno) => {
+            let mut digits = [0u8; 20];
+            log::say(&[
+                b"cannot create the profile file (errno ",
+                log::decimal(errno as u64, &mut digits),
+                b"); this process is not profiled",
+            ]);
+            STATE.store(DISABLED, Ordering::Release);
+        }
+    }
+}
+
+/// Stops tracking after a failure: records why in the profile and says so once.
+pub fn degrade(reason: u32) {
+    STATE.store(DISABLED, Ordering::Release);
+    if let Some(recorder) = recorder() {
+        let file = &recorder.file;
+        file.word32(core::mem::offset_of!(Header, degraded_reason))
+            .store(reason, Ordering::Relaxed);
+        file.counter(core::mem::offset_of!(Header, flags))
+            .fetch_or(flags::DEGRADED, Ordering::Relaxed);
+    }
+    let why: &[u8] = match reason {
+        degraded_reason::FILE_GROW_FAILED => b"the profile file cannot grow (disk full?)",
+        degraded_reason::ADDRESS_MAP_FULL => b"no memory left for the block map",
+        degraded_reason::COUNTER_OVERFLOW => b"a byte counter overflowed",
+        _ => b"an internal limit was reached",
+    };
+    log::say_once(
+        &DEGRADED_SAID,
+        &[
+            b"stopped tracking: ",
+            why,
+            b"; figures cover the run until now",
+        ],
+    );
+}
+
+/// Stops tracking for good in this process, without marking the profile (forked child that
+/// could not get its own file: it must never write into its parent's).
+pub fn disable() {
+    STATE.store(DISABLED, Ordering::Release);
+    RECORDER.store(core::ptr::null_mut(), Ordering::Release);
+}

@@ -1,0 +1,318 @@
+//! Store: the process's profile file, created in the output folder and mapped `MAP_SHARED`
+//! so that every update lands in the page cache and survives the process's death. Regions
+//! are reserved at full size (sparse) and backed with `fallocate` a chunk at a time as they
+//! fill, so a full disk is met as an error here rather than as SIGBUS on a later store.
+
+use core::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
+
+use memwarden_abi::{
+    Header, Layout, ModuleRecord, StackRecord, ARGV_CAPACITY, FORMAT_VERSION, HEADER_SIZE, MAGIC,
+    PROFILE_EXTENSION, RAW_DIR,
+};
+use portable_atomic::AtomicU128;
+
+/// Granularity of `fallocate` backing.
+const CHUNK: u64 = 1 << 20;
+
+pub struct ProfileFile {
+    base: *mut u8,
+    layout: Layout,
+    fd: AtomicI32,
+    /// One bit per CHUNK of the file: set once the chunk is backed.
+    backed: Vec<AtomicU64>,
+}
+
+// SAFETY: the mapping is shared memory valid for the life of the process (never unmapped);
+// all concurrent access to it goes through atomics or per-record locks.
+unsafe impl Sync for ProfileFile {}
+// SAFETY: as above; the raw pointer is only an address of process-wide memory.
+unsafe impl Send for ProfileFile {}
+
+/// What a new process image (or forked child) writes into a fresh header.
+pub struct Identity {
+    pub pid: u32,
+    pub ppid: u32,
+    pub max_depth: u32,
+    pub start_realtime_ns: u64,
+    pub start_monotonic_ns: u64,
+}
+
+impl Identity {
+    pub fn of_this_process(max_depth: u32) -> Identity {
+        // SAFETY: getpid/getppid have no preconditions.
+        let (pid, ppid) = unsafe { (libc::getpid() as u32, libc::getppid() as u32) };
+        Identity {
+            pid,
+            ppid,
+            max_depth,
+            start_realtime_ns: clock_ns(libc::CLOCK_REALTIME),
+            start_monotonic_ns: clock_ns(libc::CLOCK_MONOTONIC),
+        }
+    }
+}
+
+/// Reads a clock in ns (0 if the clock cannot be read).
+pub fn clock_ns(clock: libc::clockid_t) -> u64 {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: valid out-pointer; the clocks used are always available on Linux.
+    if unsafe { libc::clock_gettime(clock, &mut now) } != 0 {
+        return 0;
+    }
+    (now.tv_sec as u64)
+        .saturating_mul(1_000_000_000)
+        .saturating_add(now.tv_nsec as u64)
+}
+
+/// Creates `<dir>/raw/<pid>-<start ns>.mwp`, sized for `layout`, open read-write.
+pub fn create_file(dir: &[u8], identity: &Identity, layout: &Layout) -> Result<i32, i32> {
+    let mut path = Vec::with_capacity(dir.len() + 64);
+    path.extend_from_slice(dir);
+    path.push(b'/');
+    path.extend_from_slice(RAW_DIR.as_bytes());
+    // The CLI creates raw/; a target run by hand with the variable set may not have it.
+    path.push(0);
+    // SAFETY: NUL-terminated path; EEXIST is the normal case and is ignored.
+    unsafe { libc::mkdir(path.as_ptr().cast(), 0o755) };
+    path.pop();
+    let name = format!(
+        "/{}-{}.{}",
+        identity.pid, identity.start_monotonic_ns, PROFILE_EXTENSION
+    );
+    path.extend_from_slice(name.as_bytes());
+    path.push(0);
+    // SAFETY: NUL-terminated path; flags create a new file that no exec'd image inherits.
+    let fd = unsafe {
+        libc::open(
+            path.as_ptr().cast(),
+            libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC,
+            0o644,
+        )
+    };
+    if fd < 0 {
+        return Err(last_errno());
+    }
+    // SAFETY: fd was just opened read-write.
+    if unsafe { libc::ftruncate(fd, layout.file_size as libc::off_t) } != 0 {
+        let errno = last_errno();
+        // SAFETY: closing the fd opened above.
+        unsafe { libc::close(fd) };
+        return Err(errno);
+    }
+    Ok(fd)
+}
+
+pub fn last_errno() -> i32 {
+    // SAFETY: __errno_location always returns the calling thread's errno slot.
+    unsafe { *libc::__errno_location() }
+}
+
+impl ProfileFile {
+    /// Maps a new file and writes its header. `at` asks for a fixed address (a forked
+    /// child remaps its own file where its parent's was).
+    pub fn map(fd: i32, layout: Layout) -> Result<ProfileFile, i32> {
+        // SAFETY: a fresh shared mapping of the whole (sparse) file; the kernel picks the
+        // address. It is never unmapped.
+        let base = unsafe {
+            libc::mmap(
+                core::ptr::null_mut(),
+                layout.file_size as usize,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd,
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return Err(last_errno());
+        }
+        let chunks = layout.file_size.div_ceil(CHUNK).div_ceil(64) as usize;
+        let file = ProfileFile {
+            base: base.cast(),
+            layout,
+            fd: AtomicI32::new(fd),
+            backed: (0..chunks).map(|_| AtomicU64::new(0)).collect(),
+        };
+        if !file.back(0, HEADER_SIZE) {
+            return Err(libc::ENOSPC);
+        }
+        Ok(file)
+    }
+
+    /// Fills a fresh header: magic, version, identity, layout and the command line.
+    pub fn write_header(&self, identity: &Identity) -> bool {
+        let header = self.header();
+        // SAFETY: the header page is mapped, backed, and not yet seen by any other thread.
+        unsafe {
+            core::ptr::write_bytes(header.cast::<u8>(), 0, core::mem::size_of::<Header>());
+            (*header).magic = MAGIC;
+            (*header).version = FORMAT_VERSION;
+            (*header).header_size = core::mem::size_of::<Header>() as u32;
+            (*header).layout = self.layout;
+            self.write_identity(identity);
+            let argv = &mut (*header).argv;
+            let (length, truncated) = read_command_line(argv);
+            (*header).argv_len = length as u32;
+            if truncated {
+                (*header).flags |= memwarden_abi::flags::ARGV_TRUNCATED;
+            }
+        }
+        true
+    }
+
+    /// Writes pid, parent, depth and start times.
+    ///
+    /// # Safety
+    /// No other thread may be reading or writing these header fields.
+    pub unsafe fn write_identity(&self, identity: &Identity) {
+        let header = self.header();
+        // SAFETY: the caller guarantees exclusive access; the header is mapped.
+        unsafe {
+            (*header).pid = identity.pid;
+            (*header).ppid = identity.ppid;
+            (*header).max_depth = identity.max_depth;
+            (*header).start_realtime_ns = identity.start_realtime_ns;
+            (*header).start_monotonic_ns = identity.start_monotonic_ns;
+        }
+    }
+
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+
+    pub fn base(&self) -> *mut u8 {
+        self.base
+    }
+
+    pub fn fd(&self) -> i32 {
+        self.fd.load(Ordering::Relaxed)
+    }
+
+    /// Switches to a new file mapped at the same address (forked child), all chunks unbacked.
+    pub fn adopt(&self, fd: i32) {
+        self.fd.store(fd, Ordering::Relaxed);
+        for word in &self.backed {
+            word.store(0, Ordering::Relaxed);
+        }
+    }
+
+    pub fn header(&self) -> *mut Header {
+        self.base.cast()
+    }
+
+    fn header_field<T>(&self, offset: usize) -> *mut T {
+        // SAFETY: offsets come from offset_of! on Header, inside the mapped header page.
+        unsafe { self.base.add(offset).cast() }
+    }
+
+    /// The `[live, peak]` pair as one 128-bit atomic (low half = live).
+    pub fn heap(&self) -> &AtomicU128 {
+        let word = self.header_field::<u128>(core::mem::offset_of!(Header, heap));
+        // SAFETY: the field is 16-byte aligned (asserted in the abi crate), mapped for the
+        // life of the process, and only ever accessed atomically while the process runs.
+        unsafe { AtomicU128::from_ptr(word) }
+    }
+
+    pub fn counter(&self, offset: usize) -> &AtomicU64 {
+        // SAFETY: `offset` is a u64 header field (offset_of! at every call site), 8-byte
+        // aligned, mapped for the life of the process, accessed atomically while it runs.
+        unsafe { AtomicU64::from_ptr(self.header_field(offset)) }
+    }
+
+    pub fn word32(&self, offset: usize) -> &AtomicU32 {
+        // SAFETY: as `counter`, for a u32 header field.
+        unsafe { AtomicU32::from_ptr(self.header_field(offset)) }
+    }
+
+    pub fn stack(&self, id: u64) -> *mut StackRecord {
+        debug_assert!(id < self.layout.stack_capacity);
+        // SAFETY: callers pass ids below stack_capacity, so the record is inside the mapping.
+        unsafe { self.base.add(self.layout.stack_offset(id) as usize).cast() }
+    }
+
+    pub fn module(&self, index: u64) -> *mut ModuleRecord {
+        debug_assert!(index < self.layout.module_capacity);
+        // SAFETY: callers pass indexes below module_capacity.
+        unsafe {
+            self.base
+                .add(self.layout.module_offset(index) as usize)
+                .cast()
+        }
+    }
+
+    pub fn frame_words(&self, start: u64) -> *mut u64 {
+        debug_assert!(start < self.layout.frame_capacity);
+        // SAFETY: callers pass word indexes below frame_capacity.
+        unsafe {
+            self.base
+                .add(self.layout.frame_offset(start) as usize)
+                .cast()
+        }
+    }
+
+    /// Makes sure the file has disk blocks for `[offset, offset + len)`. False if the disk
+    /// is full; true as well where the file system cannot preallocate (sparse it stays).
+    pub fn back(&self, offset: u64, len: u64) -> bool {
+        if len == 0 {
+            return true;
+        }
+        let first = offset / CHUNK;
+        let last = (offset + len - 1) / CHUNK;
+        for chunk in first..=last {
+            let word = &self.backed[(chunk / 64) as usize];
+            let bit = 1u64 << (chunk % 64);
+            if word.load(Ordering::Relaxed) & bit != 0 {
+                continue;
+            }
+            let start = chunk * CHUNK;
+            let size = CHUNK.min(self.layout.file_size - start);
+            // SAFETY: fd is this process's profile file; the range lies inside its size.
+            let status =
+                unsafe { libc::fallocate(self.fd(), 0, start as libc::off_t, size as libc::off_t) };
+            if status != 0 {
+                let errno = last_errno();
+                if errno != libc::EOPNOTSUPP && errno != libc::EINTR {
+                    return false;
+                }
+            }
+            word.fetch_or(bit, Ordering::Relaxed);
+        }
+        true
+    }
+}
+
+/// Copies /proc/self/cmdline into `argv`; returns the length used and whether it was cut.
+fn read_command_line(argv: &mut [u8; ARGV_CAPACITY]) -> (usize, bool) {
+    // SAFETY: NUL-terminated path; read-only open closed below.
+    let fd = unsafe {
+        libc::open(
+            c"/proc/self/cmdline".as_ptr(),
+            libc::O_RDONLY | libc::O_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return (0, false);
+    }
+    let mut used = 0usize;
+    while used < argv.len() {
+        // SAFETY: reads into the unused tail of `argv`.
+        let got = unsafe { libc::read(fd, argv[used..].as_mut_ptr().cast(), argv.len() - used) };
+        if got <= 0 {
+            break;
+        }
+        used += got as usize;
+    }
+    let mut probe = 0u8;
+    // SAFETY: reads one byte into a local to learn whether the command line went on.
+    let more =
+        used == argv.len() && unsafe { libc::read(fd, (&mut probe as *mut u8).cast(), 1) } > 0;
+    // SAFETY: closes the fd opened above.
+    unsafe { libc::close(fd) };
+    // The kernel ends each argument with NUL; drop the last one.
+    if used > 0 && argv[used - 1] == 0 {
+        used -= 1;
+    }
+    (used, more)
+}

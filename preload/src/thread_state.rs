@@ -1,0 +1,94 @@
+//! Interposed call: the per-thread state every hook consults first — the reentrancy guard,
+//! the thread's stack bounds and its unwind cache — kept in initial-exec TLS (csrc/).
+
+use core::marker::PhantomData;
+
+extern "C" {
+    fn memwarden_thread_slots() -> *mut u64;
+}
+
+const SLOT_BUSY: usize = 0;
+const SLOT_UNWIND_CACHE: usize = 1;
+const SLOT_STACK_TOP: usize = 2;
+
+#[inline(always)]
+fn slot(index: usize) -> *mut u64 {
+    // SAFETY: the C side returns this thread's array of MEMWARDEN_THREAD_SLOTS (4) words
+    // and every index used here is below 4.
+    unsafe { memwarden_thread_slots().add(index) }
+}
+
+/// Proof that the calling thread is inside a hook and not yet recording: recording
+/// functions take `&Guard`, so an unguarded (reentrant) path cannot call them.
+pub struct Guard {
+    // Not Send: the guard belongs to the thread that took it.
+    _thread_bound: PhantomData<*const ()>,
+}
+
+impl Guard {
+    /// Takes the guard, or `None` if this thread is already recording (the preload's own
+    /// allocations, or libc calls it makes, re-enter the hooks).
+    #[inline(always)]
+    pub fn enter() -> Option<Guard> {
+        let busy = slot(SLOT_BUSY);
+        // SAFETY: `busy` is this thread's own slot; no other thread touches it.
+        unsafe {
+            if *busy != 0 {
+                return None;
+            }
+            *busy = 1;
+        }
+        Some(Guard {
+            _thread_bound: PhantomData,
+        })
+    }
+
+    /// The thread's unwind-cache slot (a pointer, 0 until the cache is made).
+    pub fn unwind_cache_slot(&self) -> *mut u64 {
+        slot(SLOT_UNWIND_CACHE)
+    }
+
+    /// One past the highest address of this thread's stack, 0 if unknown.
+    pub fn stack_top(&self) -> u64 {
+        let cached = slot(SLOT_STACK_TOP);
+        // SAFETY: this thread's own slot.
+        let known = unsafe { *cached };
+        if known != 0 {
+            return known;
+        }
+        let top = query_stack_top();
+        // SAFETY: this thread's own slot.
+        unsafe { *cached = top };
+        top
+    }
+}
+
+impl Drop for Guard {
+    #[inline(always)]
+    fn drop(&mut self) {
+        // SAFETY: this thread's own slot, set by `enter`.
+        unsafe { *slot(SLOT_BUSY) = 0 }
+    }
+}
+
+/// Asks glibc for the calling thread's stack. It may allocate (it reads /proc/self/maps for
+/// the main thread); that is safe here because the caller holds the guard, so those
+/// allocations pass through unrecorded.
+fn query_stack_top() -> u64 {
+    // SAFETY: pthread_attr_t is plain data that pthread_getattr_np initializes; the
+    // attribute is destroyed after use; the out-pointers are valid locals.
+    unsafe {
+        let mut attr: libc::pthread_attr_t = core::mem::zeroed();
+        if libc::pthread_getattr_np(libc::pthread_self(), &mut attr) != 0 {
+            return 0;
+        }
+        let mut low: *mut libc::c_void = core::ptr::null_mut();
+        let mut size: usize = 0;
+        let status = libc::pthread_attr_getstack(&attr, &mut low, &mut size);
+        libc::pthread_attr_destroy(&mut attr);
+        if status != 0 {
+            return 0;
+        }
+        (low as u64).saturating_add(size as u64)
+    }
+}
