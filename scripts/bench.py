@@ -1,0 +1,328 @@
+#!/usr/bin/env python3
+"""Benchmarks memwarden side by side with the bare run and heaptrack, and writes
+docs/benchmarks.md. Not a test: figures depend on the machine and its load.
+
+For each workload (bench/churn.c, bench/threads.c, the sqlite3 shell on a generated
+script) it runs bare, under `memwarden run` and under `heaptrack`, interleaved, N times
+each, and takes medians of:
+- wall time, as a ratio to the bare run of the same benchmark run;
+- peak RSS of the target process itself (VmHWM, reported at exit by a tiny preloaded
+  library, bench/hwm.c, so it is the target's and not the profiler's CLI or helper), and
+  of the largest other process of the run (memwarden's CLI, heaptrack_interpret);
+- profile size on disk (memwarden: blocks used by DIR/raw, which is sparse; heaptrack:
+  its compressed .zst file);
+- memwarden's contention counters on the threads workload.
+
+Usage: scripts/bench.py [--quick] [--runs N] [--out FILE]   (scripts/bench.sh builds first)
+Standard library only.
+"""
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+WORK = ROOT / "bench-out"
+MEMWARDEN = ROOT / "target" / "release" / "memwarden"
+TOOLS = ("bare", "memwarden", "heaptrack")
+
+# Targets of issue 2, and heaptrack's ratios measured earlier on this kind of machine
+# (shared/peers.md, heaptrack 1.4.0) for comparison.
+TIME_TARGETS = {"churn": 1.5, "threads": 2.0}
+RSS_TARGET = 1.3
+CHURN_PROFILE_TARGET = 1 << 20
+HEAPTRACK_EARLIER = {"churn": 3.07, "threads": 3.65, "sqlite": 2.47}
+
+
+@dataclass
+class Workload:
+    name: str
+    argv: list
+    comm: str  # the target's /proc/PID/comm
+    stdin: Path | None = None
+
+
+@dataclass
+class Sample:
+    wall: float
+    target_rss_kib: int
+    other_rss_kib: int
+    output_bytes: int | None = None
+    contention: dict = field(default_factory=dict)
+
+
+def sh(*argv, **kw):
+    return subprocess.run(argv, check=True, text=True, capture_output=True, **kw).stdout.strip()
+
+
+def build() -> tuple[list, Path]:
+    """Compiles the workloads and the RSS probe into bench-out/, writes the SQL script."""
+    WORK.mkdir(exist_ok=True)
+    bench = ROOT / "bench"
+    flags = ["-O2", "-g", "-Wall", "-pthread"]
+    sh("gcc", *flags, "-o", str(WORK / "churn"), str(bench / "churn.c"))
+    sh("gcc", *flags, "-o", str(WORK / "threads"), str(bench / "threads.c"))
+    sh("gcc", "-O2", "-Wall", "-shared", "-fPIC", "-o", str(WORK / "libmwbench_hwm.so"), str(bench / "hwm.c"))
+    sql = WORK / "sqlite.sql"
+    with open(sql, "w") as f:
+        subprocess.run([sys.executable, str(bench / "sqlite_script.py")], stdout=f, check=True)
+    workloads = [
+        Workload("churn", [str(WORK / "churn")], "churn"),
+        Workload("threads", [str(WORK / "threads")], "threads"),
+        Workload("sqlite", [shutil.which("sqlite3") or "sqlite3", ":memory:"], "sqlite3", sql),
+    ]
+    return workloads, WORK / "libmwbench_hwm.so"
+
+
+def disk_usage(path: Path) -> int:
+    """Bytes of disk blocks used (files may be sparse), as `du` counts them."""
+    return int(sh("du", "-s", "--block-size=1", str(path)).split()[0])
+
+
+def contention(report: Path) -> dict:
+    try:
+        processes = json.loads(report.read_text())["processes"]
+    except (OSError, ValueError, KeyError):
+        return {}
+    totals = {}
+    for p in processes:
+        for key, value in (p.get("contention") or {}).items():
+            if isinstance(value, (int, float)):
+                totals[key] = totals.get(key, 0) + value
+    return totals
+
+
+def run_once(tool: str, w: Workload, probe: Path, n: int) -> Sample:
+    tag = f"{w.name}-{tool}-{n}"
+    hwm_file = WORK / f"{tag}.hwm"
+    err_file = WORK / f"{tag}.stderr"
+    out_dir = WORK / f"{tag}.mw"
+    ht_base = WORK / f"{tag}.heaptrack"
+    for stale in (hwm_file, err_file):
+        stale.unlink(missing_ok=True)
+    shutil.rmtree(out_dir, ignore_errors=True)
+    argv = {
+        "bare": w.argv,
+        "memwarden": [str(MEMWARDEN), "run", "-o", str(out_dir), "--", *w.argv],
+        "heaptrack": ["heaptrack", "-o", str(ht_base), *w.argv],
+    }[tool]
+    env = dict(os.environ, LD_PRELOAD=str(probe), MWBENCH_HWM_FILE=str(hwm_file))
+    stdin = open(w.stdin) if w.stdin else subprocess.DEVNULL
+    with open(err_file, "w") as err:
+        start = time.perf_counter()
+        proc = subprocess.Popen(argv, stdin=stdin, stdout=subprocess.DEVNULL, stderr=err, env=env)
+        _, status, _ = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - start
+        proc.returncode = os.waitstatus_to_exitcode(status)
+    if w.stdin:
+        stdin.close()
+    if proc.returncode != 0:
+        tail = err_file.read_text(errors="replace")[-2000:]
+        raise SystemExit(f"bench: {tool} on {w.name} exited {proc.returncode}:\n{tail}")
+    target, other = 0, 0
+    for line in hwm_file.read_text().splitlines():
+        _pid, rest = line.split(" ", 1)
+        comm, kib = rest.rsplit(" ", 1)
+        kib = int(kib)
+        if comm == w.comm:
+            target = max(target, kib)
+        else:
+            other = max(other, kib)
+    sample = Sample(wall, target, other)
+    if tool == "memwarden":
+        sample.output_bytes = disk_usage(out_dir / "raw")
+        sample.contention = contention(out_dir / "report.json")
+        shutil.rmtree(out_dir, ignore_errors=True)
+    elif tool == "heaptrack":
+        files = [p for p in WORK.glob(f"{ht_base.name}.*")]
+        sample.output_bytes = sum(p.stat().st_size for p in files)
+        for p in files:
+            p.unlink()
+    hwm_file.unlink()
+    err_file.unlink()
+    return sample
+
+
+def median(values):
+    return statistics.median(values) if values else None
+
+
+def machine() -> str:
+    cpu = "unknown CPU"
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+        mem_kib = int(next(l for l in open("/proc/meminfo") if l.startswith("MemTotal")).split()[1])
+    except (OSError, StopIteration, ValueError):
+        mem_kib = 0
+    return f"{os.cpu_count()} cores ({cpu}), {mem_kib / 2**20:.0f} GiB, Linux {platform.release()}"
+
+
+def versions() -> str:
+    def first_line(*argv):
+        try:
+            return subprocess.run(argv, capture_output=True, text=True).stdout.splitlines()[0].strip()
+        except (OSError, IndexError):
+            return "unknown"
+
+    rev = first_line("git", "-C", str(ROOT), "describe", "--always", "--dirty")
+    return (
+        f"memwarden {rev}; {first_line('heaptrack', '--version')}; "
+        f"sqlite3 {first_line('sqlite3', '-version').split(' ')[0]}; {first_line('gcc', '--version')}"
+    )
+
+
+def fmt_ratio(x):
+    return "–" if x is None else f"{x:.2f}×"
+
+
+def fmt_bytes(n):
+    if n is None:
+        return "–"
+    for unit, size in (("MiB", 2**20), ("KiB", 2**10)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n} B"
+
+
+def write_markdown(path: Path, workloads, samples, runs: int) -> str:
+    def med(w, tool, attr):
+        return median([getattr(s, attr) for s in samples[w.name][tool]])
+
+    def ratio(w, tool, attr):
+        base = med(w, "bare", attr)
+        value = med(w, tool, attr)
+        return None if not base or value is None else value / base
+
+    today = datetime.date.today().isoformat()
+    lines = [
+        "# Benchmarks",
+        "",
+        f"Measured {today} by `scripts/bench.sh` ({runs} run{'s' if runs > 1 else ''} of each tool on each "
+        "workload, interleaved; medians). These are measurements, not tests: the machine is shared "
+        "and noisy, so compare only ratios taken side by side in one run.",
+        "",
+        f"- Machine: {machine()}",
+        f"- Versions: {versions()}",
+        "- Workloads (`bench/`): **churn**, one thread making 3 million malloc/calloc/realloc/"
+        "posix_memalign/free calls of 16 B–4 KiB with about 45,000 blocks live; **threads**, the same churn "
+        "on two threads (1.5 million calls each), every eighth block freed by the other thread; **sqlite**, "
+        "`sqlite3 :memory:` running a generated script of 200,000 inserts and 22,000 queries.",
+        "",
+        "## Wall time, × bare",
+        "",
+        "| workload | bare | memwarden | heaptrack | memwarden target | heaptrack earlier |",
+        "|---|---|---|---|---|---|",
+    ]
+    for w in workloads:
+        target = TIME_TARGETS.get(w.name)
+        lines.append(
+            f"| {w.name} | {med(w, 'bare', 'wall'):.2f} s | {fmt_ratio(ratio(w, 'memwarden', 'wall'))} | "
+            f"{fmt_ratio(ratio(w, 'heaptrack', 'wall'))} | {'≤ ' + fmt_ratio(target) if target else '–'} | "
+            f"{fmt_ratio(HEAPTRACK_EARLIER.get(w.name))} |"
+        )
+    lines += [
+        "",
+        "memwarden's time includes writing the report and flamegraphs after the target exits; heaptrack's "
+        "includes interpreting and compressing its trace (its default mode).",
+        "",
+        "## Peak RSS of the target process, × bare",
+        "",
+        "| workload | bare | memwarden | heaptrack | memwarden's CLI | heaptrack's helper |",
+        "|---|---|---|---|---|---|",
+    ]
+    rss_ratios = []
+    for w in workloads:
+        mw = ratio(w, "memwarden", "target_rss_kib")
+        rss_ratios.append(mw)
+        lines.append(
+            f"| {w.name} | {fmt_bytes(med(w, 'bare', 'target_rss_kib') * 1024)} | {fmt_ratio(mw)} | "
+            f"{fmt_ratio(ratio(w, 'heaptrack', 'target_rss_kib'))} | "
+            f"{fmt_bytes(med(w, 'memwarden', 'other_rss_kib') * 1024)} | "
+            f"{fmt_bytes(med(w, 'heaptrack', 'other_rss_kib') * 1024)} |"
+        )
+    lines += [
+        "",
+        "The last two columns are the peak RSS of the largest process of the run other than the target: "
+        "memwarden's CLI (which waits, then builds the report) and heaptrack_interpret (which runs "
+        f"alongside the target). Target: the target's peak RSS ≤ {RSS_TARGET}× bare.",
+        "",
+        "## Profile size on disk",
+        "",
+        "| workload | memwarden (`DIR/raw`, blocks used) | heaptrack (`.zst`) |",
+        "|---|---|---|",
+    ]
+    for w in workloads:
+        lines.append(
+            f"| {w.name} | {fmt_bytes(med(w, 'memwarden', 'output_bytes'))} | "
+            f"{fmt_bytes(med(w, 'heaptrack', 'output_bytes'))} |"
+        )
+    threads = next((w for w in workloads if w.name == "threads"), None)
+    lines += ["", "## Contention (memwarden, threads workload)", ""]
+    counters = [s.contention for s in samples["threads"]["memwarden"]] if threads else []
+    if counters and any(counters):
+        keys = sorted({k for c in counters for k in c})
+        lines += ["| counter | median over runs |", "|---|---|"]
+        lines += [f"| `{k}` | {median([c.get(k, 0) for c in counters]):.0f} |" for k in keys]
+    else:
+        lines.append("report.json had no `processes[].contention` figures in this run.")
+    churn = next(w for w in workloads if w.name == "churn")
+    checks = [
+        (f"churn wall time ≤ {TIME_TARGETS['churn']}× bare", ratio(churn, "memwarden", "wall"), TIME_TARGETS["churn"]),
+        (f"threads wall time ≤ {TIME_TARGETS['threads']}× bare", ratio(threads, "memwarden", "wall"), TIME_TARGETS["threads"]),
+        (f"target peak RSS ≤ {RSS_TARGET}× bare (worst workload)", max(r for r in rss_ratios if r), RSS_TARGET),
+    ]
+    lines += ["", "## Targets", "", "| target | measured | met |", "|---|---|---|"]
+    for what, value, limit in checks:
+        lines.append(f"| {what} | {fmt_ratio(value)} | {'yes' if value <= limit else '**no**'} |")
+    size = med(churn, "memwarden", "output_bytes")
+    met = "yes" if size < CHURN_PROFILE_TARGET else "**no**"
+    lines.append(f"| churn profile < 1 MiB | {fmt_bytes(size)} | {met} |")
+    text = "\n".join(lines) + "\n"
+    path.write_text(text)
+    return text
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="one run of each tool on each workload")
+    parser.add_argument("--runs", type=int, default=3, help="runs of each tool on each workload (default 3)")
+    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks.md", help="markdown file to write")
+    args = parser.parse_args()
+    runs = 1 if args.quick else args.runs
+    if not MEMWARDEN.is_file():
+        raise SystemExit(f"bench: {MEMWARDEN} is missing: run `cargo build --release` (scripts/bench.sh does)")
+    for tool in ("gcc", "heaptrack", "sqlite3"):
+        if shutil.which(tool) is None:
+            raise SystemExit(f"bench: {tool} is not installed (scripts/bench.sh installs it)")
+    workloads, probe = build()
+    samples = {w.name: {t: [] for t in TOOLS} for w in workloads}
+    for n in range(runs):
+        for w in workloads:
+            for tool in TOOLS:
+                s = run_once(tool, w, probe, n)
+                samples[w.name][tool].append(s)
+                print(
+                    f"run {n + 1}/{runs} {w.name:8} {tool:10} {s.wall:6.2f} s  target RSS {s.target_rss_kib / 1024:7.1f} MiB"
+                    + (f"  output {fmt_bytes(s.output_bytes)}" if s.output_bytes is not None else ""),
+                    flush=True,
+                )
+    (WORK / "results.json").write_text(
+        json.dumps({w: {t: [s.__dict__ for s in v] for t, v in d.items()} for w, d in samples.items()}, indent=1)
+    )
+    print(write_markdown(args.out, workloads, samples, runs))
+
+
+if __name__ == "__main__":
+    main()
