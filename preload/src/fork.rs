@@ -2,8 +2,8 @@
 //! starting from its parent's live heap, and no lock held by another parent thread at the
 //! moment of the fork may stay held in the child.
 //!
-//! prepare (parent): close the gate (new accounting waits), take every address-map shard
-//! lock and every stack lock, so no update is half done, and copy the used parts of the
+//! prepare (parent): close the gate (new accounting waits) and take every stack lock, so no
+//! update is half done, and copy the used parts of the
 //! profile into a private buffer. parent: release everything. child: release everything
 //! (the holders do not exist there), write the copy into a new file, map it where the
 //! parent's file was mapped, and reset the child's totals.
@@ -83,7 +83,6 @@ extern "C" fn prepare() {
         return;
     };
     GATE.store(true, Ordering::SeqCst);
-    recorder.blocks.lock_all();
     let file = &recorder.file;
     let stacks = file
         .counter(core::mem::offset_of!(Header, stack_count))
@@ -136,7 +135,6 @@ fn release_locks(recorder: &Recorder) {
     for id in 0..LOCKED_STACKS.swap(0, Ordering::Relaxed) {
         spin::unlock_raw(stack_lock(recorder, id));
     }
-    recorder.blocks.unlock_all();
     GATE.store(false, Ordering::SeqCst);
 }
 

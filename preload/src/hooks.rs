@@ -1,79 +1,221 @@
 //! Interposed calls: the exported malloc family. Each export is a thin line into one of
-//! three shared bodies — [`allocated`], [`reallocate`], [`release`] — which call glibc's own
-//! `__libc_*` functions and record the result. glibc's semantics hold because glibc does the
-//! work; only argument checks glibc makes before allocating are repeated here (calloc and
-//! reallocarray overflow, posix_memalign's alignment rule) so that a refused call is never
-//! recorded.
+//! three shared bodies — [`allocate`], [`reallocate`], [`release`] — which call glibc's own
+//! `__libc_*` functions. A tracked block gets memwarden's header ([`block_header`]) in front
+//! of it; glibc's semantics hold because glibc does the work, and every argument check glibc
+//! makes before allocating (calloc and reallocarray overflow, posix_memalign's alignment) is
+//! made here first, so that a refused call is never recorded.
 
 use core::ffi::{c_int, c_void, CStr};
+use core::sync::atomic::{AtomicUsize, Ordering};
 
+use crate::block_header::{self, Tracked, HEADER_SIZE, MAX_TRACKED_SIZE};
 use crate::lifecycle;
 use crate::real::{self, SavedErrno};
 use crate::thread_state::Guard;
 
-/// Records a block that glibc just returned (null: nothing to record).
-#[inline(always)]
-fn allocated(block: *mut c_void, size: usize) -> *mut c_void {
-    if block.is_null() {
-        return block;
-    }
-    if let Some(recorder) = lifecycle::active() {
-        if let Some(guard) = Guard::enter() {
-            let errno = SavedErrno::save();
-            recorder.record_allocation(&guard, block, size);
-            errno.restore();
-        }
-    }
-    block
+/// Which glibc function makes the underlying block.
+#[derive(Clone, Copy)]
+enum Source {
+    Malloc,
+    Calloc,
+    Aligned(usize),
+    Valloc,
+    Pvalloc,
 }
 
-/// Forgets and charges a block about to be freed.
+fn page_size() -> usize {
+    static PAGE: AtomicUsize = AtomicUsize::new(0);
+    let known = PAGE.load(Ordering::Relaxed);
+    if known != 0 {
+        return known;
+    }
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as usize;
+    PAGE.store(page, Ordering::Relaxed);
+    page
+}
+
+/// glibc's own call, untracked.
+fn from_glibc(source: Source, size: usize) -> *mut c_void {
+    // SAFETY: each is glibc's allocator with the caller's arguments.
+    unsafe {
+        match source {
+            Source::Malloc => real::__libc_malloc(size),
+            Source::Calloc => real::__libc_calloc(1, size),
+            Source::Aligned(alignment) => real::__libc_memalign(alignment, size),
+            Source::Valloc => real::__libc_valloc(size),
+            Source::Pvalloc => real::__libc_pvalloc(size),
+        }
+    }
+}
+
+/// For a tracked block: the header offset and the glibc call that makes room for it.
+/// `None` where the sums overflow: glibc then decides on the raw request.
+fn tracked_layout(source: Source, size: usize) -> Option<(usize, Source, usize)> {
+    if size as u64 > MAX_TRACKED_SIZE {
+        return None;
+    }
+    let (offset, glibc, payload) = match source {
+        Source::Malloc | Source::Calloc => (HEADER_SIZE, source, size),
+        Source::Aligned(alignment) if alignment <= HEADER_SIZE => {
+            (HEADER_SIZE, Source::Malloc, size)
+        }
+        Source::Aligned(alignment) => {
+            // glibc rounds an alignment that is not a power of two up to the next one.
+            let alignment = alignment.checked_next_power_of_two()?;
+            (alignment, Source::Aligned(alignment), size)
+        }
+        Source::Valloc => (page_size(), Source::Aligned(page_size()), size),
+        Source::Pvalloc => {
+            let rounded = size.checked_next_multiple_of(page_size())?.max(page_size());
+            (page_size(), Source::Aligned(page_size()), rounded)
+        }
+    };
+    Some((offset, glibc, payload.checked_add(offset)?))
+}
+
+/// Every allocating entry point: a tracked, headed block while profiling; glibc's plain
+/// answer otherwise.
 #[inline(always)]
-fn release(block: *mut c_void) {
+fn allocate(source: Source, size: usize) -> *mut c_void {
     if let Some(recorder) = lifecycle::active() {
         if let Some(guard) = Guard::enter() {
-            if let Some(recorded) = recorder.forget(&guard, block) {
-                recorder.charge_release(&guard, recorded);
+            if let Some((offset, glibc, total)) = tracked_layout(source, size) {
+                let base = from_glibc(glibc, total);
+                if base.is_null() {
+                    return base;
+                }
+                let errno = SavedErrno::save();
+                let stack = recorder.charge_allocation(&guard, size as u64);
+                errno.restore();
+                // SAFETY: `base` has room for `offset + size` bytes; offset is a power of two
+                // ≥ 16; size and stack are within the header's limits.
+                return unsafe { block_header::write(base, offset, size as u64, stack) };
             }
         }
     }
+    from_glibc(source, size)
 }
 
-/// `realloc` and `reallocarray`: a release of the old block and an allocation of the new
+/// Charges the release of a tracked block, if tracking is on.
+#[inline(always)]
+fn charge_release(tracked: &Tracked) {
+    if let Some(recorder) = lifecycle::active() {
+        if let Some(guard) = Guard::enter() {
+            recorder.charge_release(&guard, tracked.stack, tracked.size);
+        }
+    }
+}
+
+/// Every freeing entry point: a tracked block is charged and handed back to glibc from its
+/// real start; any other pointer goes to glibc as it is.
+#[inline(always)]
+fn release(block: *mut c_void) {
+    // SAFETY: `block` is non-null and came from the malloc family (C contract of free).
+    match unsafe { block_header::read(block) } {
+        Some(tracked) => {
+            charge_release(&tracked);
+            // SAFETY: a tracked block; its header is erased, then its glibc block freed.
+            unsafe {
+                block_header::erase(block);
+                real::__libc_free(tracked.base);
+            }
+        }
+        // SAFETY: forwards an untracked pointer to glibc.
+        None => unsafe { real::__libc_free(block) },
+    }
+}
+
+/// `realloc` and `reallocarray`: the release of the old block and an allocation of the new
 /// size at the caller's stack, or nothing at all if glibc fails.
 fn reallocate(block: *mut c_void, size: usize) -> *mut c_void {
     if block.is_null() {
-        // SAFETY: glibc malloc.
-        return allocated(unsafe { real::__libc_malloc(size) }, size);
+        return allocate(Source::Malloc, size);
     }
+    // SAFETY: non-null pointer from the malloc family (C contract of realloc).
+    let Some(tracked) = (unsafe { block_header::read(block) }) else {
+        return reallocate_untracked(block, size);
+    };
+    if size == 0 {
+        // glibc's realloc(p, 0) frees the block and returns NULL.
+        let errno = SavedErrno::save();
+        release(block);
+        errno.restore();
+        return core::ptr::null_mut();
+    }
+    if tracked.offset != HEADER_SIZE {
+        return move_block(block, &tracked, size);
+    }
+    let Some(total) = size
+        .checked_add(HEADER_SIZE)
+        .filter(|_| size as u64 <= MAX_TRACKED_SIZE)
+    else {
+        real::set_errno(libc::ENOMEM);
+        return core::ptr::null_mut();
+    };
+    // SAFETY: the tracked block's glibc start, resized to hold the header and `size` bytes.
+    let moved = unsafe { real::__libc_realloc(tracked.base, total) };
+    if moved.is_null() {
+        return moved;
+    }
+    let errno = SavedErrno::save();
+    let stack = match lifecycle::active().zip(Guard::enter()) {
+        Some((recorder, guard)) => {
+            recorder.charge_release(&guard, tracked.stack, tracked.size);
+            recorder.charge_allocation(&guard, size as u64)
+        }
+        None => tracked.stack,
+    };
+    errno.restore();
+    // SAFETY: `moved` holds HEADER_SIZE + size bytes; the header is rewritten in place.
+    unsafe { block_header::write(moved, HEADER_SIZE, size as u64, stack) }
+}
+
+/// realloc of a block memwarden did not track: it becomes tracked if profiling is on.
+fn reallocate_untracked(block: *mut c_void, size: usize) -> *mut c_void {
     let tracking = lifecycle::active().zip(Guard::enter());
-    let Some((recorder, guard)) = tracking else {
+    let total = size
+        .checked_add(HEADER_SIZE)
+        .filter(|_| size != 0 && size as u64 <= MAX_TRACKED_SIZE);
+    let (Some((recorder, guard)), Some(total)) = (tracking, total) else {
         // SAFETY: forwards the caller's arguments.
         return unsafe { real::__libc_realloc(block, size) };
     };
-    let errno = SavedErrno::save();
-    let recorded = recorder.forget(&guard, block);
-    // SAFETY: forwards the caller's arguments.
-    let moved = unsafe { real::__libc_realloc(block, size) };
+    // SAFETY: an untracked glibc block, resized with room for a header.
+    let moved = unsafe { real::__libc_realloc(block, total) };
     if moved.is_null() {
-        if size == 0 {
-            // glibc frees the block and returns NULL for realloc(p, 0).
-            if let Some(recorded) = recorded {
-                recorder.charge_release(&guard, recorded);
-            }
-            errno.restore();
-        } else if let Some(recorded) = recorded {
-            // Failed: the old block is untouched, so it stays recorded. errno is ENOMEM.
-            recorder.restore(&guard, block, recorded);
-        }
         return moved;
     }
-    if let Some(recorded) = recorded {
-        recorder.charge_release(&guard, recorded);
-    }
-    recorder.record_allocation(&guard, moved, size);
+    let errno = SavedErrno::save();
+    // SAFETY: the old contents are at the start of `moved`, which holds size + 16 bytes;
+    // shifting `size` bytes up by 16 stays inside it.
+    unsafe {
+        core::ptr::copy(
+            moved.cast::<u8>(),
+            moved.cast::<u8>().add(HEADER_SIZE),
+            size,
+        )
+    };
+    let stack = recorder.charge_allocation(&guard, size as u64);
     errno.restore();
-    moved
+    // SAFETY: `moved` holds HEADER_SIZE + size bytes.
+    unsafe { block_header::write(moved, HEADER_SIZE, size as u64, stack) }
+}
+
+/// realloc of an aligned block: a new block, a copy, a free (glibc does not keep the
+/// alignment across realloc either).
+fn move_block(block: *mut c_void, tracked: &Tracked, size: usize) -> *mut c_void {
+    let fresh = allocate(Source::Malloc, size);
+    if fresh.is_null() {
+        return fresh;
+    }
+    let keep = size.min(tracked.size as usize);
+    // SAFETY: both blocks hold at least `keep` bytes and are distinct.
+    unsafe { core::ptr::copy_nonoverlapping(block.cast::<u8>(), fresh.cast::<u8>(), keep) };
+    let errno = SavedErrno::save();
+    release(block);
+    errno.restore();
+    fresh
 }
 
 /// glibc's rule for posix_memalign: a power-of-two multiple of `sizeof(void *)`.
@@ -84,8 +226,7 @@ pub fn valid_posix_alignment(alignment: usize) -> bool {
 
 #[no_mangle]
 pub extern "C" fn malloc(size: usize) -> *mut c_void {
-    // SAFETY: glibc malloc.
-    allocated(unsafe { real::__libc_malloc(size) }, size)
+    allocate(Source::Malloc, size)
 }
 
 #[no_mangle]
@@ -94,8 +235,7 @@ pub extern "C" fn calloc(count: usize, size: usize) -> *mut c_void {
         real::set_errno(libc::ENOMEM);
         return core::ptr::null_mut();
     };
-    // SAFETY: glibc calloc with a product known not to overflow.
-    allocated(unsafe { real::__libc_calloc(count, size) }, total)
+    allocate(Source::Calloc, total)
 }
 
 #[no_mangle]
@@ -119,8 +259,6 @@ pub extern "C" fn free(block: *mut c_void) {
     }
     let errno = SavedErrno::save();
     release(block);
-    // SAFETY: forwards the caller's pointer to glibc free.
-    unsafe { real::__libc_free(block) };
     errno.restore();
 }
 
@@ -136,45 +274,47 @@ pub unsafe extern "C" fn posix_memalign(
         return libc::EINVAL;
     }
     let errno = SavedErrno::save();
-    // SAFETY: glibc memalign with a valid alignment.
-    let block = unsafe { real::__libc_memalign(alignment, size) };
+    let block = allocate(Source::Aligned(alignment), size);
     errno.restore();
     if block.is_null() {
         return libc::ENOMEM;
     }
     // SAFETY: the caller passes a writable pointer slot (C contract).
-    unsafe { *out = allocated(block, size) };
+    unsafe { *out = block };
     0
 }
 
 #[no_mangle]
 pub extern "C" fn aligned_alloc(alignment: usize, size: usize) -> *mut c_void {
     // glibc 2.36's aligned_alloc is memalign: same rounding of odd alignments.
-    // SAFETY: glibc memalign.
-    allocated(unsafe { real::__libc_memalign(alignment, size) }, size)
+    allocate(Source::Aligned(alignment), size)
 }
 
 #[no_mangle]
 pub extern "C" fn memalign(alignment: usize, size: usize) -> *mut c_void {
-    // SAFETY: glibc memalign.
-    allocated(unsafe { real::__libc_memalign(alignment, size) }, size)
+    allocate(Source::Aligned(alignment), size)
 }
 
 #[no_mangle]
 pub extern "C" fn valloc(size: usize) -> *mut c_void {
-    // SAFETY: glibc valloc.
-    allocated(unsafe { real::__libc_valloc(size) }, size)
+    allocate(Source::Valloc, size)
 }
 
 #[no_mangle]
 pub extern "C" fn pvalloc(size: usize) -> *mut c_void {
-    // SAFETY: glibc pvalloc.
-    allocated(unsafe { real::__libc_pvalloc(size) }, size)
+    allocate(Source::Pvalloc, size)
 }
 
 #[no_mangle]
 pub extern "C" fn malloc_usable_size(block: *mut c_void) -> usize {
-    real::malloc_usable_size(block)
+    if block.is_null() {
+        return 0;
+    }
+    // SAFETY: a non-null pointer from the malloc family (C contract).
+    match unsafe { block_header::read(block) } {
+        Some(tracked) => real::malloc_usable_size(tracked.base).saturating_sub(tracked.offset),
+        None => real::malloc_usable_size(block),
+    }
 }
 
 /// The interposed function for an allocator symbol name, for `dlsym` redirection.

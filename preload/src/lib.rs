@@ -2,7 +2,7 @@
 //!
 //! Loaded with `LD_PRELOAD` into every process of a `memwarden run`, it interposes the malloc
 //! family ([`hooks`]), captures each allocation's call stack ([`unwind`]), interns it
-//! ([`stack_table`]), remembers each live block ([`address_map`]) and keeps the per-stack
+//! ([`stack_table`]), marks each live block with its stack ([`block_header`]) and keeps the per-stack
 //! accounting and the exact peak ([`accounting`]) in a file-backed shared mapping
 //! ([`profile_file`], layout in `memwarden-abi`) that survives the process's death.
 //!
@@ -13,7 +13,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 mod accounting;
-mod address_map;
+mod block_header;
 mod config;
 mod exits;
 mod fork;

@@ -1,12 +1,10 @@
 //! Event → store: turns one interposed call into its effects — capture the stack, intern
-//! it, remember or forget the block, and charge the stack's accounting.
+//! it, and charge the stack's accounting.
 
-use core::ffi::c_void;
 use core::sync::atomic::Ordering;
 
 use memwarden_abi::{degraded_reason, exit_kind, flags, Header, Layout, MAX_DEPTH_LIMIT};
 
-use crate::address_map::{AddressMap, Block, MAX_BLOCK_SIZE};
 use crate::config::{Config, FRAME_CAPACITY, STACK_CAPACITY};
 use crate::profile_file::{self, clock_ns, Identity, ProfileFile};
 use crate::stack_table::StackTable;
@@ -16,7 +14,6 @@ use crate::{accounting, lifecycle, unwind};
 pub struct Recorder {
     pub file: ProfileFile,
     pub stacks: StackTable,
-    pub blocks: AddressMap,
     pub config: Config,
 }
 
@@ -33,11 +30,6 @@ impl Recorder {
         let file = ProfileFile::map(fd, layout)?;
         file.write_header(identity);
         let stacks = StackTable::new().ok_or(libc::ENOMEM)?;
-        // SAFETY: the lock_waits counter lives in the header for the life of the process;
-        // the leak makes the reference 'static without copying.
-        let waits =
-            unsafe { &*(file.counter(core::mem::offset_of!(Header, lock_waits)) as *const _) };
-        let blocks = AddressMap::new(waits).ok_or(libc::ENOMEM)?;
         // Stack id 0 collects events whose stack could not be stored.
         file.counter(core::mem::offset_of!(Header, stack_count))
             .store(1, Ordering::Relaxed);
@@ -52,52 +44,26 @@ impl Recorder {
         Ok(Recorder {
             file,
             stacks,
-            blocks,
             config,
         })
     }
 
-    /// Records a new block of `size` requested bytes at `block`.
-    pub fn record_allocation(&self, guard: &Guard, block: *mut c_void, size: usize) {
-        let size = size as u64;
-        if size > MAX_BLOCK_SIZE {
-            self.file
-                .counter(core::mem::offset_of!(Header, untracked_allocations))
-                .fetch_add(1, Ordering::Relaxed);
-            return;
-        }
+    /// Captures the caller's stack and charges it an allocation of `size` bytes; returns
+    /// the stack's id, for the block's header.
+    pub fn charge_allocation(&self, guard: &Guard, size: u64) -> u32 {
         let mut frames = [0u64; MAX_DEPTH_LIMIT as usize];
         let depth = self.config.max_depth().min(frames.len());
         let captured = unwind::capture(guard, &mut frames[..depth]);
         let stack = self.stacks.intern(&self.file, &frames[..captured]);
-        match self.blocks.insert(block as u64, Block { stack, size }) {
-            Ok(Some(stale)) => accounting::release(&self.file, stale.stack, stale.size),
-            Ok(None) => {}
-            Err(()) => {
-                lifecycle::degrade(degraded_reason::ADDRESS_MAP_FULL);
-                return;
-            }
-        }
         if !accounting::allocate(&self.file, stack, size) {
             lifecycle::degrade(degraded_reason::COUNTER_OVERFLOW);
         }
+        stack
     }
 
-    /// Forgets `block` and returns what it was, without charging the release yet.
-    pub fn forget(&self, _guard: &Guard, block: *mut c_void) -> Option<Block> {
-        self.blocks.remove(block as u64)
-    }
-
-    /// Puts back a block forgotten by a `realloc` that then failed.
-    pub fn restore(&self, _guard: &Guard, block: *mut c_void, recorded: Block) {
-        if self.blocks.insert(block as u64, recorded).is_err() {
-            lifecycle::degrade(degraded_reason::ADDRESS_MAP_FULL);
-        }
-    }
-
-    /// Charges the release of a forgotten block to its stack.
-    pub fn charge_release(&self, _guard: &Guard, recorded: Block) {
-        accounting::release(&self.file, recorded.stack, recorded.size);
+    /// Charges the release of a block of `size` bytes to the stack that allocated it.
+    pub fn charge_release(&self, _guard: &Guard, stack: u32, size: u64) {
+        accounting::release(&self.file, stack, size);
     }
 
     /// Records how the process ends (exit code or signal) and when.
