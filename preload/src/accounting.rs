@@ -5,6 +5,8 @@
 //! compare-and-swap on `(live, peak)` orders all events of the process. Together they make
 //! each stack's figures at the peak exact without any process-wide lock: threads working on
 //! different stacks never wait for each other, they only race on the one CAS word.
+//! While the process has a single thread (glibc's `__libc_single_threaded`), no other
+//! thread can race, so both are skipped: plain loads and stores do the same work.
 
 use core::sync::atomic::Ordering;
 
@@ -22,9 +24,26 @@ fn unpack(word: u128) -> (u64, u64) {
     (word as u64, (word >> 64) as u64)
 }
 
-/// Locks a stack record, waiting while a fork is copying the profile.
-fn lock_stack(file: &ProfileFile, id: u32) -> (SpinGuard<'static>, *mut StackRecord) {
+extern "C" {
+    /// glibc (2.32+): non-zero until the process creates its first thread.
+    static __libc_single_threaded: libc::c_char;
+}
+
+/// True while no second thread has ever existed. Only this thread could create one, and it
+/// is inside a hook, so the answer holds for the whole event.
+#[inline(always)]
+fn single_threaded() -> bool {
+    // SAFETY: a byte glibc exports for exactly this purpose; read-only here.
+    unsafe { core::ptr::read_volatile(&raw const __libc_single_threaded) != 0 }
+}
+
+/// Locks a stack record, waiting while a fork is copying the profile. No lock is needed
+/// while the process has one thread.
+fn lock_stack(file: &ProfileFile, id: u32) -> (Option<SpinGuard<'static>>, *mut StackRecord) {
     let record = file.stack(u64::from(id));
+    if single_threaded() {
+        return (None, record);
+    }
     // SAFETY: `lock` is an aligned u32 of a record in the mapping, which is never unmapped.
     let word =
         unsafe { core::sync::atomic::AtomicU32::from_ptr(core::ptr::addr_of_mut!((*record).lock)) };
@@ -32,7 +51,7 @@ fn lock_stack(file: &ProfileFile, id: u32) -> (SpinGuard<'static>, *mut StackRec
     loop {
         let guard = spin::lock(word, waits);
         if !fork::gate_closed() {
-            return (guard, record);
+            return (Some(guard), record);
         }
         drop(guard);
         fork::wait_for_gate();
@@ -45,6 +64,9 @@ fn update_heap(
     update: impl Fn(u64, u64) -> Option<(u64, u64)>,
 ) -> Option<((u64, u64), (u64, u64))> {
     let heap = file.heap();
+    if single_threaded() {
+        return update_heap_alone(file, update);
+    }
     let mut current = heap.load(Ordering::Relaxed);
     let mut retries = 0u64;
     loop {
@@ -68,6 +90,24 @@ fn update_heap(
                 retries += 1;
             }
         }
+    }
+}
+
+/// `update_heap` without atomics, for a process with one thread: the two halves are
+/// written as two words.
+#[inline(always)]
+fn update_heap_alone(
+    file: &ProfileFile,
+    update: impl Fn(u64, u64) -> Option<(u64, u64)>,
+) -> Option<((u64, u64), (u64, u64))> {
+    let halves = file.heap().as_ptr().cast::<u64>();
+    // SAFETY: the pair is 16-byte aligned in the mapping; no other thread exists to race.
+    unsafe {
+        let before = (halves.read(), halves.add(1).read());
+        let after = update(before.0, before.1)?;
+        halves.write(after.0);
+        halves.add(1).write(after.1);
+        Some((before, after))
     }
 }
 

@@ -27,6 +27,7 @@ mod profile_file;
 mod real;
 mod recorder;
 mod spin;
+mod stack_memo;
 mod stack_table;
 mod thread_state;
 mod unwind;

@@ -3,7 +3,7 @@
 
 use core::sync::atomic::Ordering;
 
-use memwarden_abi::{degraded_reason, exit_kind, flags, Header, Layout, MAX_DEPTH_LIMIT};
+use memwarden_abi::{degraded_reason, exit_kind, flags, Header, Layout};
 
 use crate::config::{Config, FRAME_CAPACITY, STACK_CAPACITY};
 use crate::profile_file::{self, clock_ns, Identity, ProfileFile};
@@ -51,10 +51,8 @@ impl Recorder {
     /// Captures the caller's stack and charges it an allocation of `size` bytes; returns
     /// the stack's id, for the block's header.
     pub fn charge_allocation(&self, guard: &Guard, size: u64) -> u32 {
-        let mut frames = [0u64; MAX_DEPTH_LIMIT as usize];
-        let depth = self.config.max_depth().min(frames.len());
-        let captured = unwind::capture(guard, &mut frames[..depth]);
-        let stack = self.stacks.intern(&self.file, &frames[..captured]);
+        let intern = |frames: &[u64]| self.stacks.intern(&self.file, frames);
+        let stack = unwind::caller_stack(guard, self.config.max_depth(), &intern);
         if !accounting::allocate(&self.file, stack, size) {
             lifecycle::degrade(degraded_reason::COUNTER_OVERFLOW);
         }

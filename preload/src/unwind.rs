@@ -12,7 +12,9 @@ use core::ops::Deref;
 use core::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, Ordering};
 
 use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
-use framehop::{ExplicitModuleSectionInfo, Module, Unwinder};
+use framehop::{ExplicitModuleSectionInfo, FrameAddress, Module, Unwinder};
+
+use crate::stack_memo::{MemoKey, RecordedReads, StackMemo};
 
 use crate::modules::{self, LoadedModule};
 use crate::profile_file::ProfileFile;
@@ -86,7 +88,7 @@ pub fn rebuild(_guard: &Guard, file: Option<&ProfileFile>) {
     if let Some(file) = file {
         modules::record(file, &loaded);
     }
-    let own_address = capture as *const () as u64;
+    let own_address = caller_stack as *const () as u64;
     let range_of = |wanted: &dyn Fn(&LoadedModule) -> bool| {
         loaded
             .iter()
@@ -127,81 +129,128 @@ fn framehop_module(module: &LoadedModule) -> Module<MappedBytes> {
     Module::new(name, module.start..module.end, module.base, info)
 }
 
-type Cache = CacheX86_64;
+/// Per-thread unwinding state: framehop's rule cache and the stack memo.
+pub struct ThreadUnwinder {
+    rules: CacheX86_64,
+    memo: Box<StackMemo>,
+}
 
-static CACHE_KEY: AtomicU64 = AtomicU64::new(u64::MAX);
+static THREAD_EXIT_KEY: AtomicU64 = AtomicU64::new(u64::MAX);
 
-/// Creates the thread-exit hook that frees each thread's unwind cache.
+/// Creates the thread-exit hook that frees each thread's unwinding state.
 pub fn install_thread_exit_hook() {
     let mut key: libc::pthread_key_t = 0;
     // SAFETY: valid out-pointer and a destructor with the C signature.
-    if unsafe { libc::pthread_key_create(&mut key, Some(drop_cache)) } == 0 {
-        CACHE_KEY.store(u64::from(key), Ordering::Release);
+    if unsafe { libc::pthread_key_create(&mut key, Some(drop_thread_unwinder)) } == 0 {
+        THREAD_EXIT_KEY.store(u64::from(key), Ordering::Release);
     }
 }
 
-unsafe extern "C" fn drop_cache(cache: *mut libc::c_void) {
+unsafe extern "C" fn drop_thread_unwinder(state: *mut libc::c_void) {
     let Some(guard) = Guard::enter() else {
         return;
     };
-    // SAFETY: this thread's cache slot; the pointer stored there is the one being freed.
+    // SAFETY: this thread's slot; the pointer stored there is the one being freed.
     unsafe { *guard.unwind_cache_slot() = 0 };
-    // SAFETY: `cache` is the Box made by `thread_cache` for this thread, freed only here.
-    drop(unsafe { Box::from_raw(cache.cast::<Cache>()) });
+    // SAFETY: `state` is the Box made by `thread_unwinder` for this thread, freed only here.
+    drop(unsafe { Box::from_raw(state.cast::<ThreadUnwinder>()) });
 }
 
-/// This thread's unwind cache (made on first use). The pointer is only used by the thread
-/// holding the guard, so there is never a second reference to the cache.
-fn thread_cache(guard: &Guard) -> *mut Cache {
+/// This thread's unwinding state (made on first use). The pointer is only used by the
+/// thread holding the guard, so there is never a second reference to it.
+fn thread_unwinder(guard: &Guard) -> *mut ThreadUnwinder {
     let slot = guard.unwind_cache_slot();
     // SAFETY: the slot is this thread's; it holds 0 or a pointer made by Box::into_raw here.
     unsafe {
         if *slot == 0 {
-            let cache = Box::into_raw(Box::new(Cache::new()));
-            *slot = cache as u64;
-            let key = CACHE_KEY.load(Ordering::Acquire);
+            let state = Box::into_raw(Box::new(ThreadUnwinder {
+                rules: CacheX86_64::new(),
+                memo: StackMemo::boxed(),
+            }));
+            *slot = state as u64;
+            let key = THREAD_EXIT_KEY.load(Ordering::Acquire);
             if key != u64::MAX {
-                libc::pthread_setspecific(key as libc::pthread_key_t, cache.cast());
+                libc::pthread_setspecific(key as libc::pthread_key_t, state.cast());
             }
         }
-        *slot as *mut Cache
+        *slot as *mut ThreadUnwinder
     }
 }
 
-/// Writes the caller's return addresses (innermost first, this library's frames left out)
-/// into `out`; returns how many.
+/// The id of the caller's stack (innermost first, this library's frames left out, at most
+/// `depth` frames), as `intern` gives it for the frames found.
 #[inline(never)]
-pub fn capture(guard: &Guard, out: &mut [u64]) -> usize {
+pub fn caller_stack(guard: &Guard, depth: usize, intern: &dyn Fn(&[u64]) -> u32) -> u32 {
     let Some(snapshot) = snapshot() else {
-        return 0;
+        return intern(&[]);
     };
-    let (count, saw_unknown) = walk(guard, snapshot, out);
-    if saw_unknown && modules::loader_generation() != snapshot.loader_generation {
-        rebuild(guard, crate::lifecycle::recorder().map(|r| &r.file));
-        if let Some(fresh) = self::snapshot() {
-            return walk(guard, fresh, out).0;
+    let depth = depth.min(memwarden_abi::MAX_DEPTH_LIMIT as usize);
+    match walk(guard, snapshot, depth, intern) {
+        Walk::Known(stack) => stack,
+        Walk::SawUnknownModule => {
+            if modules::loader_generation() != snapshot.loader_generation {
+                rebuild(guard, crate::lifecycle::recorder().map(|r| &r.file));
+            }
+            let fresh = self::snapshot().unwrap_or(snapshot);
+            match walk(guard, fresh, depth, intern) {
+                Walk::Known(stack) => stack,
+                // Code outside every module (JIT code, say): keep what was found, unmemoized.
+                Walk::SawUnknownModule => walk_frames(guard, fresh, depth, intern, false),
+            }
         }
     }
-    count
 }
 
-#[inline(always)]
-fn walk(guard: &Guard, snapshot: &Snapshot, out: &mut [u64]) -> (usize, bool) {
-    let (ip, sp, bp): (u64, u64, u64);
-    // SAFETY: reads three registers; touches no memory and no flags.
-    unsafe {
-        core::arch::asm!(
-            "lea {ip}, [rip]",
-            "mov {sp}, rsp",
-            "mov {bp}, rbp",
-            ip = out(reg) ip,
-            sp = out(reg) sp,
-            bp = out(reg) bp,
-            options(nomem, nostack, preserves_flags),
-        );
+enum Walk {
+    Known(u32),
+    /// A frame lies in no known module (loaded since the snapshot?).
+    SawUnknownModule,
+}
+
+fn walk(guard: &Guard, snapshot: &Snapshot, depth: usize, intern: &dyn Fn(&[u64]) -> u32) -> Walk {
+    let stack = walk_frames(guard, snapshot, depth, intern, true);
+    if stack == UNKNOWN_MODULE {
+        Walk::SawUnknownModule
+    } else {
+        Walk::Known(stack)
     }
+}
+
+/// Returned by `walk_frames` instead of a stack id when a frame lies outside every known
+/// module and `strict` was asked. Never a real id: ids are below 2^24.
+const UNKNOWN_MODULE: u32 = u32::MAX;
+
+/// The registers of the calling function, at the point of the call.
+macro_rules! current_registers {
+    () => {{
+        let (ip, sp, bp): (u64, u64, u64);
+        // SAFETY: reads three registers; touches no memory and no flags.
+        unsafe {
+            core::arch::asm!(
+                "lea {ip}, [rip]",
+                "mov {sp}, rsp",
+                "mov {bp}, rbp",
+                ip = out(reg) ip,
+                sp = out(reg) sp,
+                bp = out(reg) bp,
+                options(nomem, nostack, preserves_flags),
+            );
+        }
+        (ip, sp, bp)
+    }};
+}
+
+#[inline(never)]
+fn walk_frames(
+    guard: &Guard,
+    snapshot: &Snapshot,
+    depth: usize,
+    intern: &dyn Fn(&[u64]) -> u32,
+    strict: bool,
+) -> u32 {
+    let (ip, sp, bp) = current_registers!();
     let top = guard.stack_top();
-    let mut read_stack = |address: u64| {
+    let read_stack = |address: u64| {
         if address >= sp && address.saturating_add(8) <= top && address.is_multiple_of(8) {
             // SAFETY: the word lies between the current stack pointer and the top of this
             // thread's stack, which is mapped and readable.
@@ -210,33 +259,112 @@ fn walk(guard: &Guard, snapshot: &Snapshot, out: &mut [u64]) -> (usize, bool) {
             Err(())
         }
     };
-    // SAFETY: the cache belongs to this thread and the guard proves no other frame of this
-    // thread is using it (hooks do not nest).
-    let cache = unsafe { &mut *thread_cache(guard) };
-    let regs = UnwindRegsX86_64::new(ip, sp, bp);
-    let mut frames = snapshot
-        .unwinder
-        .iter_frames(ip, regs, cache, &mut read_stack);
+    // SAFETY: this thread's state; the guard proves no other frame of this thread uses it
+    // (hooks do not nest).
+    let state = unsafe { &mut *thread_unwinder(guard) };
+    let mut regs = UnwindRegsX86_64::new(ip, sp, bp);
+    let mut address = FrameAddress::from_instruction_pointer(ip);
     let (own_start, own_end) = snapshot.own;
-    let mut count = 0;
-    let mut in_own_frames = true;
-    let mut saw_unknown = false;
-    while count < out.len() {
-        let Ok(Some(frame)) = frames.next() else {
-            break;
-        };
-        let address = frame.address();
-        if in_own_frames && own_start <= address && address < own_end {
-            continue;
+    // This library's own frames: unwound through, not kept.
+    while (own_start..own_end).contains(&address.address()) {
+        let mut read = read_stack;
+        match step(snapshot, address, &mut regs, &mut state.rules, &mut read) {
+            Some(next) => address = next,
+            None => return intern(&[]),
         }
-        in_own_frames = false;
-        if !snapshot.knows(address) {
-            saw_unknown = true;
-        }
-        out[count] = address;
-        count += 1;
     }
-    (count, saw_unknown)
+    let key = MemoKey {
+        snapshot: snapshot as *const Snapshot as u64,
+        ip: address.address(),
+        sp: regs.sp(),
+        bp: regs.bp(),
+    };
+    if let Some(stack) = state.memo.lookup(&key, &read_stack) {
+        return stack;
+    }
+    unwind_fully(
+        snapshot,
+        state,
+        address,
+        regs,
+        &read_stack,
+        depth,
+        intern,
+        key,
+        strict,
+    )
+}
+
+/// The memo missed: unwind every frame, recording the stack words read, and remember them.
+#[allow(clippy::too_many_arguments)]
+#[inline(never)]
+fn unwind_fully(
+    snapshot: &Snapshot,
+    state: &mut ThreadUnwinder,
+    mut address: FrameAddress,
+    mut regs: UnwindRegsX86_64,
+    read_stack: &dyn Fn(u64) -> Result<u64, ()>,
+    depth: usize,
+    intern: &dyn Fn(&[u64]) -> u32,
+    key: MemoKey,
+    strict: bool,
+) -> u32 {
+    let mut reads = RecordedReads::default();
+    let mut recording_read = |address: u64| {
+        let value = read_stack(address);
+        reads.push(address, value);
+        value
+    };
+    let mut frames = [0u64; memwarden_abi::MAX_DEPTH_LIMIT as usize];
+    let mut count = 0;
+    let mut saw_unknown = false;
+    while count < depth {
+        frames[count] = address.address();
+        count += 1;
+        saw_unknown |= !snapshot.knows(address.address());
+        if count == depth {
+            break;
+        }
+        match step(
+            snapshot,
+            address,
+            &mut regs,
+            &mut state.rules,
+            &mut recording_read,
+        ) {
+            Some(next) => address = next,
+            None => break,
+        }
+    }
+    if saw_unknown && strict {
+        return UNKNOWN_MODULE;
+    }
+    let stack = intern(&frames[..count]);
+    if !saw_unknown {
+        state.memo.store(key, &reads, stack);
+    }
+    stack
+}
+
+/// Unwinds one frame; the caller's frame address, or `None` at the end of the stack.
+#[inline(always)]
+fn step(
+    snapshot: &Snapshot,
+    address: FrameAddress,
+    regs: &mut UnwindRegsX86_64,
+    rules: &mut CacheX86_64,
+    read: &mut impl FnMut(u64) -> Result<u64, ()>,
+) -> Option<FrameAddress> {
+    let sp_before = regs.sp();
+    let return_address = snapshot
+        .unwinder
+        .unwind_frame(address, regs, rules, read)
+        .ok()??;
+    // A frame must move up the stack, or the walk could go round in circles.
+    if regs.sp() <= sp_before {
+        return None;
+    }
+    FrameAddress::from_return_address(return_address)
 }
 
 /// In a forked child: the thread that held the rebuild lock at the fork does not exist there.
