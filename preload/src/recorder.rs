@@ -84,7 +84,7 @@ impl Recorder {
     }
 
     /// Flags a main program that defines its own `malloc`: the loader binds calls to it
-    /// before this library, so memwarden sees none of them.
+    /// before this library, so memwarden sees none of them. The CLI's summary says so.
     pub fn note_own_malloc(&self) {
         let ours = crate::hooks::malloc as *const () as usize;
         let bound = crate::real::next_symbol_default(c"malloc");
@@ -92,15 +92,19 @@ impl Recorder {
             self.file
                 .counter(core::mem::offset_of!(Header, flags))
                 .fetch_or(flags::OWN_MALLOC, Ordering::Relaxed);
-            crate::log::say(&[b"the program brings its own malloc; its allocations are not seen"]);
         }
     }
 }
 
-/// Records the end of the process if it is being profiled (even degraded).
+/// Records the end of the process if it is being profiled (even degraded). A `vfork`
+/// child shares its parent's memory, so it must not write its end into the parent's file.
 pub fn record_exit(kind: u32, value: i32) {
     if let Some(recorder) = lifecycle::recorder() {
-        recorder.record_end(kind, value);
+        // SAFETY: getpid has no preconditions; pid is written once before tracking starts.
+        let own = unsafe { libc::getpid() as u32 == (*recorder.file.header()).pid };
+        if own {
+            recorder.record_end(kind, value);
+        }
     }
 }
 
