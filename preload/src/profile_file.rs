@@ -1,7 +1,7 @@
 //! Store: the process's profile file, created in the output folder and mapped `MAP_SHARED`
 //! so that every update lands in the page cache and survives the process's death. Regions
-//! are reserved at full size (sparse) and backed with `fallocate` a chunk at a time as they
-//! fill, so a full disk is met as an error here rather than as SIGBUS on a later store.
+//! are reserved at full size (sparse) and backed with `fallocate` a chunk (64 KiB) at a time as
+//! they fill, so a full disk is met as an error here rather than as SIGBUS on a later store.
 
 use core::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
 
@@ -11,8 +11,8 @@ use memwarden_abi::{
 };
 use portable_atomic::AtomicU128;
 
-/// Granularity of `fallocate` backing.
-const CHUNK: u64 = 1 << 20;
+/// Granularity of `fallocate` backing: small, so a small profile stays small on disk.
+const CHUNK: u64 = 64 << 10;
 
 pub struct ProfileFile {
     base: *mut u8,
