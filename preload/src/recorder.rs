@@ -86,9 +86,11 @@ impl Recorder {
     /// Flags a main program that defines its own `malloc`: the loader binds calls to it
     /// before this library, so memwarden sees none of them. The CLI's summary says so.
     pub fn note_own_malloc(&self) {
-        let ours = crate::hooks::malloc as *const () as usize;
-        let bound = crate::real::next_symbol_default(c"malloc");
-        if bound != 0 && bound != ours {
+        // Compared by module, not by address: taking `malloc`'s address here would itself go
+        // through the loader and find the program's.
+        let bound = crate::real::next_symbol_default(c"malloc") as u64;
+        let ours = unwind::snapshot().is_some_and(|snapshot| snapshot.is_own(bound));
+        if bound != 0 && !ours {
             self.file
                 .counter(core::mem::offset_of!(Header, flags))
                 .fetch_or(flags::OWN_MALLOC, Ordering::Relaxed);

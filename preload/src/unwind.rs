@@ -65,6 +65,11 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
+    /// True if `address` lies in this library.
+    pub fn is_own(&self, address: u64) -> bool {
+        (self.own.0..self.own.1).contains(&address)
+    }
+
     fn knows(&self, address: u64) -> bool {
         let after = self.ranges.partition_point(|&(start, _)| start <= address);
         after > 0 && address < self.ranges[after - 1].1
