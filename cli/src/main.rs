@@ -1,1 +1,60 @@
-fn main() {}
+//! The `memwarden` command: the user's entry to the pipeline. `run` starts a program with
+//! the preload (interposed call → event → store) and then renders its report
+//! (analysis → report); `report` renders an earlier run's report again.
+#![deny(unsafe_op_in_unsafe_fn)]
+
+mod args;
+mod output_dir;
+mod preload_lib;
+mod report_cmd;
+mod run;
+mod target_check;
+
+use std::io::{IsTerminal, Write};
+use std::process::ExitCode;
+
+use args::Command;
+
+/// Exit status of a refused command line or target.
+const USAGE_STATUS: u8 = 2;
+/// Exit status of `report` on unreadable input.
+const REPORT_FAILED_STATUS: u8 = 1;
+
+fn main() -> ExitCode {
+    let command = match args::parse(std::env::args_os().skip(1).collect()) {
+        Ok(command) => command,
+        Err(e) => return fail(&e.to_string(), USAGE_STATUS),
+    };
+    match command {
+        Command::Help => {
+            let _ = std::io::stdout().write_all(args::USAGE.as_bytes());
+            ExitCode::SUCCESS
+        }
+        Command::Version => {
+            let _ = writeln!(std::io::stdout(), "memwarden {}", env!("CARGO_PKG_VERSION"));
+            ExitCode::SUCCESS
+        }
+        Command::Run(run_args) => {
+            match run::run(&run_args, colour(std::io::stderr().is_terminal())) {
+                Ok(status) => ExitCode::from(status.clamp(0, 255) as u8),
+                Err(message) => fail(&message, USAGE_STATUS),
+            }
+        }
+        Command::Report(report_args) => {
+            match report_cmd::report(&report_args, colour(std::io::stdout().is_terminal())) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => fail(&e.to_string(), REPORT_FAILED_STATUS),
+            }
+        }
+    }
+}
+
+/// Bold headings only on a terminal, and never when `NO_COLOR` is set.
+fn colour(terminal: bool) -> bool {
+    terminal && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+}
+
+fn fail(message: &str, status: u8) -> ExitCode {
+    let _ = writeln!(std::io::stderr(), "memwarden: error: {message}");
+    ExitCode::from(status)
+}

@@ -1,0 +1,255 @@
+//! The command line, before anything runs: parses `memwarden run …` / `memwarden report …`
+//! into typed options, or a one-line usage error.
+
+use std::ffi::{OsStr, OsString};
+use std::path::PathBuf;
+
+use memwarden_abi::MAX_DEPTH_LIMIT;
+
+/// Default output folder of `run`, relative to the current directory.
+pub const DEFAULT_OUTPUT: &str = "memwarden-out";
+/// Default number of stacks shown per process in the summary.
+pub const DEFAULT_TOP: usize = 5;
+/// Largest `--top` accepted.
+const MAX_TOP: usize = 1000;
+
+/// Shown by `memwarden --help`.
+pub const USAGE: &str = "\
+memwarden: a heap profiler for Linux programs
+
+usage:
+  memwarden run [-o DIR] [--max-depth N] [--top N] [--] CMD [ARGS...]
+  memwarden report [--top N] DIR
+
+memwarden run      runs CMD with libmemwarden.so preloaded, follows its children,
+                   then writes the report into DIR and prints a summary on stderr
+  -o, --output DIR   output folder (default: ./memwarden-out); profiles of an
+                     earlier run in DIR/raw/ are deleted first
+  --max-depth N      deepest call stack recorded, 1-256 (default: 64)
+  --top N            stacks shown per process in the summary (default: 5)
+
+memwarden report   renders the report of an earlier run again, from DIR/raw/*.mwp
+                   and DIR/run.json, and prints the summary on stdout
+  --top N            stacks shown per process in the summary (default: 5)
+
+Files written into DIR: report.json, peak.svg, not-freed.svg, allocated.svg and the
+same graphs as collapsed stacks (*.folded), run.json, raw/*.mwp.
+
+Exit status: `run` exits with CMD's status (128+N when signal N killed it); 2 when
+memwarden refuses its arguments or the target; `report` exits 1 on unreadable input.
+";
+
+/// What the user asked for.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Command {
+    /// `memwarden run`.
+    Run(RunArgs),
+    /// `memwarden report`.
+    Report(ReportArgs),
+    /// `--help`: print [`USAGE`].
+    Help,
+    /// `--version`.
+    Version,
+}
+
+/// Options of `memwarden run`.
+#[derive(Debug, PartialEq, Eq)]
+pub struct RunArgs {
+    /// Output folder.
+    pub output: PathBuf,
+    /// `MEMWARDEN_MAX_DEPTH` for the preload.
+    pub max_depth: Option<u32>,
+    /// Stacks per process in the summary.
+    pub top: usize,
+    /// The command and its arguments (never empty).
+    pub command: Vec<OsString>,
+}
+
+/// Options of `memwarden report`.
+#[derive(Debug, PartialEq, Eq)]
+pub struct ReportArgs {
+    /// The output folder of an earlier run.
+    pub dir: PathBuf,
+    /// Stacks per process in the summary.
+    pub top: usize,
+}
+
+/// A command line memwarden cannot accept, said in one line.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0} (see memwarden --help)")]
+pub struct UsageError(String);
+
+fn usage(message: impl Into<String>) -> UsageError {
+    UsageError(message.into())
+}
+
+/// Parses the arguments after the program name.
+pub fn parse(args: Vec<OsString>) -> Result<Command, UsageError> {
+    let mut args = args.into_iter();
+    let Some(first) = args.next() else {
+        return Err(usage("missing command: expected `run` or `report`"));
+    };
+    match first.to_str() {
+        Some("run") => parse_run(args),
+        Some("report") => parse_report(args),
+        Some("-h" | "--help" | "help") => Ok(Command::Help),
+        Some("-V" | "--version") => Ok(Command::Version),
+        _ => Err(usage(format!(
+            "unknown command '{}': expected `run` or `report`",
+            first.to_string_lossy()
+        ))),
+    }
+}
+
+/// The command line as a stream of options (`--name value`, `--name=value`, `-o value`)
+/// and plain arguments.
+struct Flags<I: Iterator<Item = OsString>> {
+    args: std::iter::Peekable<I>,
+}
+
+/// An element of the command line.
+enum Arg {
+    /// An option with its name (as written) and, for `--name=value`, its value.
+    Option(String, Option<OsString>),
+    /// `--`.
+    EndOfOptions,
+    /// Anything that is not an option.
+    Plain(OsString),
+}
+
+impl<I: Iterator<Item = OsString>> Flags<I> {
+    fn next(&mut self) -> Option<Arg> {
+        let arg = self.args.next()?;
+        let Some(text) = arg.to_str().filter(|t| t.starts_with('-') && t.len() > 1) else {
+            return Some(Arg::Plain(arg));
+        };
+        if text == "--" {
+            return Some(Arg::EndOfOptions);
+        }
+        Some(match text.split_once('=') {
+            Some((name, value)) if name.starts_with("--") => {
+                Arg::Option(name.to_owned(), Some(value.into()))
+            }
+            _ => Arg::Option(text.to_owned(), None),
+        })
+    }
+
+    /// The value of option `name`: attached, or the next argument.
+    fn value(&mut self, name: &str, attached: Option<OsString>) -> Result<OsString, UsageError> {
+        attached
+            .or_else(|| self.args.next())
+            .ok_or_else(|| usage(format!("option {name} needs a value")))
+    }
+
+    fn rest(self) -> Vec<OsString> {
+        self.args.collect()
+    }
+}
+
+fn number(
+    name: &str,
+    value: &OsStr,
+    range: std::ops::RangeInclusive<u64>,
+) -> Result<u64, UsageError> {
+    let text = value.to_string_lossy();
+    match text.parse::<u64>() {
+        Ok(n) if range.contains(&n) => Ok(n),
+        _ => Err(usage(format!(
+            "option {name} expects a whole number from {} to {}, not '{text}'",
+            range.start(),
+            range.end()
+        ))),
+    }
+}
+
+fn parse_run(args: impl Iterator<Item = OsString>) -> Result<Command, UsageError> {
+    let mut flags = Flags {
+        args: args.peekable(),
+    };
+    let mut output = PathBuf::from(DEFAULT_OUTPUT);
+    let mut max_depth = None;
+    let mut top = DEFAULT_TOP;
+    let mut command = Vec::new();
+    while let Some(arg) = flags.next() {
+        match arg {
+            Arg::EndOfOptions => break,
+            Arg::Plain(program) => {
+                command.push(program);
+                break;
+            }
+            Arg::Option(name, attached) => match name.as_str() {
+                "-o" | "--output" => output = flags.value(&name, attached)?.into(),
+                "--max-depth" => {
+                    let value = flags.value(&name, attached)?;
+                    max_depth = Some(number(&name, &value, 1..=MAX_DEPTH_LIMIT.into())? as u32);
+                }
+                "--top" => {
+                    let value = flags.value(&name, attached)?;
+                    top = number(&name, &value, 0..=MAX_TOP as u64)? as usize;
+                }
+                "-h" | "--help" => return Ok(Command::Help),
+                _ => {
+                    return Err(usage(format!(
+                        "unknown option '{name}' for `memwarden run`"
+                    )))
+                }
+            },
+        }
+    }
+    command.extend(flags.rest());
+    if command.is_empty() {
+        return Err(usage(
+            "missing the command to run: memwarden run [options] -- CMD [ARGS...]",
+        ));
+    }
+    if output.as_os_str().is_empty() {
+        return Err(usage("option -o needs a non-empty folder"));
+    }
+    Ok(Command::Run(RunArgs {
+        output,
+        max_depth,
+        top,
+        command,
+    }))
+}
+
+fn parse_report(args: impl Iterator<Item = OsString>) -> Result<Command, UsageError> {
+    let mut flags = Flags {
+        args: args.peekable(),
+    };
+    let mut top = DEFAULT_TOP;
+    let mut dirs = Vec::new();
+    while let Some(arg) = flags.next() {
+        match arg {
+            Arg::Plain(dir) => dirs.push(dir),
+            Arg::EndOfOptions => break,
+            Arg::Option(name, attached) => match name.as_str() {
+                "--top" => {
+                    let value = flags.value(&name, attached)?;
+                    top = number(&name, &value, 0..=MAX_TOP as u64)? as usize;
+                }
+                "-h" | "--help" => return Ok(Command::Help),
+                _ => {
+                    return Err(usage(format!(
+                        "unknown option '{name}' for `memwarden report`"
+                    )))
+                }
+            },
+        }
+    }
+    dirs.extend(flags.rest());
+    match <[OsString; 1]>::try_from(dirs) {
+        Ok([dir]) => Ok(Command::Report(ReportArgs {
+            dir: dir.into(),
+            top,
+        })),
+        Err(dirs) if dirs.is_empty() => {
+            Err(usage("missing the output folder: memwarden report DIR"))
+        }
+        Err(_) => Err(usage("`memwarden report` takes one folder")),
+    }
+}
+
+#[cfg(test)]
+#[path = "args_tests.rs"]
+mod tests;

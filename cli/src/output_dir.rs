@@ -1,0 +1,112 @@
+//! Before the run: prepares the output folder the preload writes into — created, writable,
+//! with an empty `raw/` (profiles of an earlier run deleted).
+
+use std::fs;
+use std::io::ErrorKind;
+use std::path::{Path, PathBuf};
+
+use memwarden_abi::{PROFILE_EXTENSION, RAW_DIR};
+
+/// Creates `dir` and `dir/raw`, deletes stale `raw/*.mwp`, checks that both can be written;
+/// returns the absolute path of `dir`.
+pub fn prepare(dir: &Path) -> Result<PathBuf, String> {
+    let shown = dir.display();
+    fs::create_dir_all(dir)
+        .map_err(|e| format!("cannot create output folder {shown}: {}", reason(&e)))?;
+    let dir = dir
+        .canonicalize()
+        .map_err(|e| format!("output folder {shown}: {}", reason(&e)))?;
+    let raw = dir.join(RAW_DIR);
+    fs::create_dir_all(&raw)
+        .map_err(|e| format!("cannot create {}: {}", raw.display(), reason(&e)))?;
+    let entries =
+        fs::read_dir(&raw).map_err(|e| format!("cannot list {}: {}", raw.display(), reason(&e)))?;
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.extension().is_some_and(|e| e == PROFILE_EXTENSION) {
+            fs::remove_file(&path).map_err(|e| {
+                format!(
+                    "cannot delete the stale profile {}: {}",
+                    path.display(),
+                    reason(&e)
+                )
+            })?;
+        }
+    }
+    for folder in [&dir, &raw] {
+        probe_writable(folder)?;
+    }
+    Ok(dir)
+}
+
+/// Creates and deletes a file in `folder`: the only sure test of writability (root,
+/// read-only mounts, ACLs).
+fn probe_writable(folder: &Path) -> Result<(), String> {
+    let probe = folder.join(format!(".memwarden-probe-{}", std::process::id()));
+    fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&probe)
+        .map_err(|e| format!("cannot write into {}: {}", folder.display(), reason(&e)))?;
+    fs::remove_file(&probe)
+        .map_err(|e| format!("cannot write into {}: {}", folder.display(), reason(&e)))
+}
+
+fn reason(error: &std::io::Error) -> String {
+    match error.kind() {
+        ErrorKind::PermissionDenied => "permission denied".into(),
+        ErrorKind::NotADirectory => "a file is in the way (not a folder)".into(),
+        ErrorKind::AlreadyExists => "exists and is not a folder".into(),
+        ErrorKind::ReadOnlyFilesystem => "read-only file system".into(),
+        _ => error.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn creates_the_folders_and_deletes_only_stale_profiles() {
+        let scratch = tempfile::tempdir().unwrap();
+        let dir = scratch.path().join("a/b");
+        fs::create_dir_all(dir.join("raw")).unwrap();
+        fs::write(dir.join("raw/old.mwp"), b"x").unwrap();
+        fs::write(dir.join("raw/notes.txt"), b"x").unwrap();
+        let prepared = prepare(&dir).unwrap();
+        assert!(prepared.is_absolute() && prepared.join("raw").is_dir());
+        assert!(!dir.join("raw/old.mwp").exists());
+        assert!(dir.join("raw/notes.txt").exists());
+        let left: Vec<_> = fs::read_dir(&prepared)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name())
+            .collect();
+        assert_eq!(left, ["raw"], "the write probes are removed");
+    }
+
+    #[test]
+    fn a_file_in_the_way_or_an_impossible_place_is_refused() {
+        let scratch = tempfile::tempdir().unwrap();
+        let file = scratch.path().join("f");
+        fs::write(&file, b"x").unwrap();
+        let error = prepare(&file).unwrap_err();
+        assert_eq!(
+            error,
+            format!(
+                "cannot create output folder {}: exists and is not a folder",
+                file.display()
+            )
+        );
+        let under = file.join("out");
+        let error = prepare(&under).unwrap_err();
+        assert_eq!(
+            error,
+            format!(
+                "cannot create output folder {}: a file is in the way (not a folder)",
+                under.display()
+            )
+        );
+        assert!(prepare(Path::new("/proc/memwarden-forbidden")).is_err());
+    }
+}

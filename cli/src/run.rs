@@ -1,0 +1,160 @@
+//! `memwarden run`: checks the target, starts it with the preload in its environment,
+//! reaps it and every orphaned descendant as a subreaper, records their statuses in
+//! `run.json`, then hands the output folder to the report stage.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::Command;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use memwarden::run_record::{RunRecord, RUN_RECORD_FILE};
+use memwarden::Exit;
+
+use crate::args::RunArgs;
+use crate::{output_dir, preload_lib, target_check};
+
+/// Variable naming the output folder, read by the preload.
+const OUTPUT_DIR_VARIABLE: &str = "MEMWARDEN_OUTPUT_DIR";
+/// Variable bounding the stack depth, read by the preload.
+const MAX_DEPTH_VARIABLE: &str = "MEMWARDEN_MAX_DEPTH";
+/// Exit status when the root process's end could not be observed.
+const UNKNOWN_STATUS: i32 = 1;
+
+/// Runs the command. `Err` is a refusal before the target started (one line); once it
+/// has started the result is the target's own exit status, whatever happens to the report.
+pub fn run(args: &RunArgs, colour: bool) -> Result<i32, String> {
+    let program = target_check::resolve(&args.command[0])?;
+    target_check::check(&program)?;
+    let library = preload_lib::locate()?;
+    let ld_preload = preload_lib::ld_preload(&library, std::env::var_os("LD_PRELOAD").as_deref())?;
+    let out_dir = output_dir::prepare(&args.output)?;
+
+    let command: Vec<String> = args
+        .command
+        .iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    let started_unix_ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    let mut record = RunRecord::new(
+        command,
+        Some(program.to_string_lossy().into_owned()),
+        started_unix_ms,
+    );
+    let record_path = out_dir.join(RUN_RECORD_FILE);
+    record.write(&record_path).map_err(|e| e.to_string())?;
+
+    become_subreaper()?;
+    let mut target = Command::new(&program);
+    target
+        .arg0(&args.command[0])
+        .args(&args.command[1..])
+        .env("LD_PRELOAD", ld_preload)
+        .env(OUTPUT_DIR_VARIABLE, &out_dir);
+    if let Some(depth) = args.max_depth {
+        target.env(MAX_DEPTH_VARIABLE, depth.to_string());
+    }
+    // The child starts with default dispositions: the parent ignores SIGINT and SIGQUIT
+    // only once the child has been spawned.
+    let child = target
+        .spawn()
+        .map_err(|e| format!("cannot start {}: {e}", program.display()))?;
+    let root = child.id();
+    record.root_pid = Some(root);
+
+    let previous = ignore_interactive_signals();
+    reap_all(root, &mut record.exits);
+    restore_signals(previous);
+
+    record.complete = true;
+    if let Err(e) = record.write(&record_path) {
+        say(&format!("memwarden: error: {e}"));
+    }
+    let status = record
+        .exits
+        .get(&root)
+        .map_or(UNKNOWN_STATUS, |exit| exit.shell_status());
+    render_report(&out_dir, args.top, colour);
+    Ok(status)
+}
+
+/// Writes a line on stderr; a closed stderr is not worth dying for.
+fn say(line: &str) {
+    let _ = writeln!(std::io::stderr(), "{line}");
+}
+
+fn render_report(out_dir: &Path, top: usize, colour: bool) {
+    let options = memwarden::report::Options { top, colour };
+    match memwarden::report::generate(out_dir, &options) {
+        Ok(done) => {
+            let _ = std::io::stderr().write_all(done.summary.as_bytes());
+        }
+        Err(e) => say(&format!("memwarden: error: no report: {e}")),
+    }
+}
+
+/// Orphaned descendants are reparented to this process, so it can reap them.
+fn become_subreaper() -> Result<(), String> {
+    // SAFETY: PR_SET_CHILD_SUBREAPER takes an integer flag; no memory is passed.
+    let result = unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
+    if result != 0 {
+        let error = std::io::Error::last_os_error();
+        return Err(format!("cannot become a child subreaper: {error}"));
+    }
+    Ok(())
+}
+
+/// Saved dispositions of SIGINT and SIGQUIT.
+struct SavedSignals([libc::sighandler_t; 2]);
+
+const INTERACTIVE_SIGNALS: [libc::c_int; 2] = [libc::SIGINT, libc::SIGQUIT];
+
+/// Like a shell with a foreground job: Ctrl-C and Ctrl-\ are for the target, not for us.
+fn ignore_interactive_signals() -> SavedSignals {
+    // SAFETY: SIG_IGN installs no handler code; `signal` returns the previous disposition.
+    SavedSignals(INTERACTIVE_SIGNALS.map(|s| unsafe { libc::signal(s, libc::SIG_IGN) }))
+}
+
+fn restore_signals(saved: SavedSignals) {
+    for (signal, disposition) in INTERACTIVE_SIGNALS.into_iter().zip(saved.0) {
+        if disposition != libc::SIG_ERR {
+            // SAFETY: restores the disposition `signal` returned earlier for this signal.
+            unsafe { libc::signal(signal, disposition) };
+        }
+    }
+}
+
+/// Waits for every child (the root and, as subreaper, every orphan reparented to us)
+/// until none is left, recording how each ended.
+fn reap_all(root: u32, exits: &mut BTreeMap<u32, Exit>) {
+    let mut told_about_leftovers = false;
+    loop {
+        let root_done = exits.contains_key(&root);
+        let mut status = 0;
+        let flags = if root_done && !told_about_leftovers {
+            libc::WNOHANG
+        } else {
+            0
+        };
+        // SAFETY: waitpid writes only to `status`, a valid, exclusive i32.
+        let pid = unsafe { libc::waitpid(-1, &mut status, flags) };
+        if pid > 0 {
+            if let Some(exit) = Exit::from_wait_status(status) {
+                exits.insert(pid as u32, exit);
+            }
+            continue;
+        }
+        if pid == 0 {
+            say("memwarden: the command exited; waiting for the processes it left running");
+            told_about_leftovers = true;
+            continue;
+        }
+        match std::io::Error::last_os_error().raw_os_error() {
+            Some(libc::EINTR) => continue,
+            _ => break, // ECHILD: nobody left.
+        }
+    }
+}

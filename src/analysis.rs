@@ -1,0 +1,212 @@
+//! Analysis, between the store and the report: the figures at the peak, exec inference,
+//! how each process ended, and the order processes are shown in. Pure functions of the
+//! profiles and the reaped statuses; nothing here reads files or symbols.
+
+use std::collections::{BTreeMap, HashMap};
+
+use memwarden_abi::{at_peak, peak_bytes};
+use serde::{Deserialize, Serialize};
+
+use crate::profile::{Profile, Stack};
+use crate::Exit;
+
+/// Where a process's exit status comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ExitSource {
+    /// The CLI reaped the process (authoritative, covers SIGKILL).
+    Reaped,
+    /// The process recorded it in its profile.
+    Recorded,
+}
+
+/// The process's heap at its peak.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Peak {
+    /// Live bytes at the peak.
+    pub bytes: u64,
+    /// Live blocks at the peak (sum over stacks).
+    pub blocks: u64,
+    /// ns after process start when it was reached.
+    pub time_ns: u64,
+}
+
+/// One stack's figures.
+#[derive(Clone, Copy, Debug)]
+pub struct StackFigures<'p> {
+    /// The stack.
+    pub stack: &'p Stack,
+    /// Bytes live at the process's peak.
+    pub at_peak_bytes: u64,
+    /// Blocks live at the process's peak.
+    pub at_peak_blocks: u64,
+    /// Bytes live at the end (not freed at exit).
+    pub live_bytes: u64,
+    /// Blocks live at the end.
+    pub live_blocks: u64,
+    /// Highest live bytes this stack ever had.
+    pub max_live_bytes: u64,
+    /// Bytes ever allocated.
+    pub allocated_bytes: u64,
+    /// Allocations ever made.
+    pub allocations: u64,
+    /// Blocks freed.
+    pub frees: u64,
+}
+
+impl<'p> StackFigures<'p> {
+    /// The figures of `stack` in a process whose final heap pair is `(live, peak)`.
+    pub fn new(stack: &'p Stack, live: u64, peak: u64) -> Self {
+        let r = &stack.record;
+        let (at_peak_bytes, at_peak_blocks) = at_peak(r, live, peak);
+        StackFigures {
+            stack,
+            at_peak_bytes,
+            at_peak_blocks,
+            live_bytes: r.live_bytes.max(0) as u64,
+            live_blocks: r.live_blocks.max(0) as u64,
+            max_live_bytes: r.max_live_bytes.max(0) as u64,
+            allocated_bytes: r.allocated_bytes,
+            allocations: r.allocations,
+            frees: r.frees,
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        [
+            self.at_peak_bytes,
+            self.at_peak_blocks,
+            self.live_bytes,
+            self.live_blocks,
+            self.allocated_bytes,
+            self.allocations,
+            self.frees,
+        ]
+        .iter()
+        .all(|&n| n == 0)
+    }
+}
+
+/// Sums over a process's stacks.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Totals {
+    /// Σ allocated_bytes.
+    pub allocated_bytes: u64,
+    /// Σ allocations.
+    pub allocations: u64,
+    /// Σ frees.
+    pub frees: u64,
+}
+
+/// One process image, analysed.
+#[derive(Clone, Debug)]
+pub struct Process<'p> {
+    /// Its profile.
+    pub profile: &'p Profile,
+    /// How it ended; for an image replaced by exec, how its pid's final image ended.
+    pub exit: Option<Exit>,
+    /// Where `exit` comes from.
+    pub exit_source: Option<ExitSource>,
+    /// It called exec: a later image of the same pid exists and this one recorded no end.
+    pub replaced_by_exec: bool,
+    /// ns between the earliest process's start and this one's.
+    pub start_offset_ns: u64,
+    /// Its peak.
+    pub peak: Peak,
+    /// Σ live bytes at the end.
+    pub not_freed_bytes: u64,
+    /// Σ live blocks at the end.
+    pub not_freed_blocks: u64,
+    /// Sums over its stacks.
+    pub totals: Totals,
+    /// Stacks with any non-zero figure, by bytes at the peak then bytes allocated.
+    pub stacks: Vec<StackFigures<'p>>,
+}
+
+/// The process's peak and each stack's share of it, by the rule in `memwarden-abi`.
+pub fn process_peak<'p>(profile: &'p Profile) -> (Peak, Vec<StackFigures<'p>>) {
+    let (live, committed) = (profile.live_bytes, profile.committed_peak_bytes);
+    let stacks: Vec<_> = profile
+        .stacks
+        .iter()
+        .map(|s| StackFigures::new(s, live, committed))
+        .collect();
+    let time_ns = if live > committed {
+        profile.rise_time_ns
+    } else {
+        profile.peak_time_ns
+    };
+    let peak = Peak {
+        bytes: peak_bytes(live, committed),
+        blocks: stacks.iter().map(|s| s.at_peak_blocks).sum(),
+        time_ns,
+    };
+    (peak, stacks)
+}
+
+/// Analyses every profile of a run. `reaped` holds the statuses the CLI reaped (empty
+/// without `run.json`). Processes come out ordered by start time, then pid.
+pub fn analyze<'p>(profiles: &'p [Profile], reaped: &BTreeMap<u32, Exit>) -> Vec<Process<'p>> {
+    let mut order: Vec<&Profile> = profiles.iter().collect();
+    order.sort_by_key(|p| (p.start_monotonic_ns, p.pid));
+    let earliest = order.first().map_or(0, |p| p.start_monotonic_ns);
+
+    // The last image of each pid in start order; earlier images that recorded no end were
+    // replaced by exec and share its end.
+    let mut last_image: HashMap<u32, &Profile> = HashMap::new();
+    for &p in &order {
+        last_image.insert(p.pid, p);
+    }
+    let final_exit = |p: &Profile| match reaped.get(&p.pid) {
+        Some(&exit) => (Some(exit), Some(ExitSource::Reaped)),
+        None => (
+            p.recorded_exit,
+            p.recorded_exit.map(|_| ExitSource::Recorded),
+        ),
+    };
+
+    order
+        .into_iter()
+        .map(|profile| {
+            let last = last_image.get(&profile.pid).copied().unwrap_or(profile);
+            let is_last = std::ptr::eq(last, profile);
+            let replaced_by_exec = !is_last && profile.recorded_exit.is_none();
+            let (exit, exit_source) = if is_last || replaced_by_exec {
+                final_exit(last)
+            } else {
+                // An earlier, unrelated process with a reused pid: its own record.
+                (profile.recorded_exit, Some(ExitSource::Recorded))
+            };
+            let (peak, mut stacks) = process_peak(profile);
+            stacks.retain(|s| !s.is_empty());
+            stacks.sort_by(|a, b| {
+                (b.at_peak_bytes, b.allocated_bytes, a.stack.id).cmp(&(
+                    a.at_peak_bytes,
+                    a.allocated_bytes,
+                    b.stack.id,
+                ))
+            });
+            let totals = Totals {
+                allocated_bytes: stacks.iter().map(|s| s.allocated_bytes).sum(),
+                allocations: stacks.iter().map(|s| s.allocations).sum(),
+                frees: stacks.iter().map(|s| s.frees).sum(),
+            };
+            Process {
+                profile,
+                exit,
+                exit_source,
+                replaced_by_exec,
+                start_offset_ns: profile.start_monotonic_ns.saturating_sub(earliest),
+                peak,
+                not_freed_bytes: stacks.iter().map(|s| s.live_bytes).sum(),
+                not_freed_blocks: stacks.iter().map(|s| s.live_blocks).sum(),
+                totals,
+                stacks,
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+#[path = "analysis_tests.rs"]
+mod tests;

@@ -1,0 +1,88 @@
+//! The store as a folder: finds `DIR/raw/*.mwp`, reads every profile and the CLI's
+//! `run.json`, and hands them together to the analysis.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use memwarden_abi::{PROFILE_EXTENSION, RAW_DIR};
+
+use super::{read_profile_file, Profile};
+use crate::run_record::{RunRecord, RUN_RECORD_FILE};
+use crate::Error;
+
+/// Everything an output folder holds about a run.
+#[derive(Debug)]
+pub struct OutputDir {
+    /// The folder.
+    pub dir: PathBuf,
+    /// Every profile, in file-name order.
+    pub profiles: Vec<Profile>,
+    /// The CLI's `run.json`, if the folder has one (it does not when the preload was
+    /// used without the CLI).
+    pub run: Option<RunRecord>,
+}
+
+/// The profile files in `dir/raw`, sorted by name.
+pub fn profile_paths(dir: &Path) -> Result<Vec<PathBuf>, Error> {
+    let raw = dir.join(RAW_DIR);
+    let entries = fs::read_dir(&raw).map_err(|source| Error::Io {
+        path: raw.clone(),
+        action: "list",
+        source,
+    })?;
+    let mut paths = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(|source| Error::Io {
+            path: raw.clone(),
+            action: "list",
+            source,
+        })?;
+        let path = entry.path();
+        if path.extension().is_some_and(|e| e == PROFILE_EXTENSION) {
+            paths.push(path);
+        }
+    }
+    paths.sort();
+    Ok(paths)
+}
+
+/// Loads an output folder: all its profiles (any unreadable one is an error) and `run.json`.
+pub fn load_dir(dir: &Path) -> Result<OutputDir, Error> {
+    if !dir.is_dir() {
+        let reason = if dir.exists() {
+            "not a folder"
+        } else {
+            "no such folder"
+        };
+        return Err(Error::NotAnOutputDir {
+            path: dir.to_owned(),
+            reason: reason.into(),
+        });
+    }
+    let raw = dir.join(RAW_DIR);
+    if !raw.is_dir() {
+        return Err(Error::NotAnOutputDir {
+            path: dir.to_owned(),
+            reason: format!("it has no {RAW_DIR}/ folder"),
+        });
+    }
+    let paths = profile_paths(dir)?;
+    if paths.is_empty() {
+        return Err(Error::NoProfiles { path: raw });
+    }
+    let profiles = paths
+        .iter()
+        .map(|path| read_profile_file(path))
+        .collect::<Result<Vec<_>, _>>()?;
+    let run_path = dir.join(RUN_RECORD_FILE);
+    let run = if run_path.exists() {
+        Some(RunRecord::read(&run_path)?)
+    } else {
+        None
+    };
+    Ok(OutputDir {
+        dir: dir.to_owned(),
+        profiles,
+        run,
+    })
+}

@@ -1,0 +1,65 @@
+//! The store's records as bytes: the one place that reinterprets file bytes as the
+//! `repr(C)` structs of `memwarden-abi`, with a bounds check before every read.
+
+use memwarden_abi::{Header, ModuleRecord, StackRecord};
+
+// The file is little-endian and the structs are read in native byte order.
+const _: () = assert!(
+    cfg!(target_endian = "little"),
+    "memwarden reads profile files in native byte order, which must be little-endian"
+);
+
+/// A `repr(C)` record that can be read from any bytes.
+///
+/// # Safety
+/// Implementors must be `Copy` types whose fields are all integers or arrays of integers,
+/// so that every bit pattern of `size_of::<Self>()` bytes is a valid value.
+pub(crate) unsafe trait Plain: Copy {}
+
+// SAFETY: `Header` is `repr(C)` and holds only integers and integer arrays.
+unsafe impl Plain for Header {}
+// SAFETY: `ModuleRecord` is `repr(C)` and holds only integers and integer arrays.
+unsafe impl Plain for ModuleRecord {}
+// SAFETY: `StackRecord` is `repr(C)` and holds only integers.
+unsafe impl Plain for StackRecord {}
+
+/// Reads the record of type `T` starting at `offset` in `bytes`; `None` if it does not fit.
+pub(crate) fn read_plain<T: Plain>(bytes: &[u8], offset: usize) -> Option<T> {
+    let end = offset.checked_add(size_of::<T>())?;
+    let source = bytes.get(offset..end)?;
+    // SAFETY: `source` is `size_of::<T>()` initialized bytes (checked just above);
+    // `read_unaligned` has no alignment requirement; `T: Plain` makes any bit pattern a
+    // valid `T`.
+    Some(unsafe { source.as_ptr().cast::<T>().read_unaligned() })
+}
+
+/// Reads the little-endian `u64` at `offset`; `None` if it does not fit.
+pub(crate) fn read_u64(bytes: &[u8], offset: usize) -> Option<u64> {
+    let end = offset.checked_add(8)?;
+    let word: [u8; 8] = bytes.get(offset..end)?.try_into().ok()?;
+    Some(u64::from_le_bytes(word))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_refuse_short_input() {
+        let bytes = [0u8; 127];
+        assert!(read_plain::<StackRecord>(&bytes, 0).is_none());
+        assert!(read_plain::<StackRecord>(&[0u8; 128], 1).is_none());
+        assert!(read_plain::<StackRecord>(&[0u8; 128], usize::MAX).is_none());
+        assert!(read_u64(&bytes, 120).is_none());
+    }
+
+    #[test]
+    fn reads_fields_at_their_offsets() {
+        let mut bytes = vec![0u8; 1 + 128];
+        let depth_at = 1 + std::mem::offset_of!(StackRecord, depth);
+        bytes[depth_at..depth_at + 4].copy_from_slice(&7u32.to_le_bytes());
+        let record = read_plain::<StackRecord>(&bytes, 1).unwrap();
+        assert_eq!(record.depth, 7);
+        assert_eq!(read_u64(&[1, 0, 0, 0, 0, 0, 0, 2], 0), Some(2 << 56 | 1));
+    }
+}

@@ -1,0 +1,407 @@
+//! The store → analysis boundary: reads one profile file and checks every count and offset
+//! against the file before using it, so a corrupt or truncated file is an error, never a
+//! panic or an out-of-bounds read.
+//!
+//! Only the regions in use are read (header, `module_count` modules, `stack_count` stacks,
+//! `frame_words_used` frames): the file is sized for its capacities and mostly sparse.
+
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+
+use memwarden_abi::{
+    exit_kind, Header, Layout, ModuleRecord, StackRecord, ARGV_CAPACITY, BUILD_ID_CAPACITY,
+    FORMAT_VERSION, HEADER_SIZE, MAGIC, MAX_DEPTH_LIMIT, MODULE_PATH_CAPACITY, UNKNOWN_STACK_ID,
+};
+
+use super::plain::{read_plain, read_u64};
+use super::{Module, Profile, Stack};
+use crate::{Error, Exit};
+
+/// What is wrong with a profile file.
+#[derive(Debug, thiserror::Error)]
+pub enum ProfileError {
+    /// The file could not be read.
+    #[error("cannot read: {0}")]
+    Io(#[from] io::Error),
+    /// Shorter than the header.
+    #[error("truncated: {len} bytes, shorter than the {HEADER_SIZE}-byte header")]
+    TooShort {
+        /// File length.
+        len: u64,
+    },
+    /// Not a memwarden profile.
+    #[error("not a memwarden profile (wrong magic {found:02x?})")]
+    BadMagic {
+        /// The first eight bytes.
+        found: [u8; 8],
+    },
+    /// Written by another version of the format.
+    #[error("profile format version {found}, this memwarden reads version {FORMAT_VERSION}")]
+    Version {
+        /// The version in the file.
+        found: u32,
+    },
+    /// The header size recorded differs from this reader's.
+    #[error("header size {found} recorded, this memwarden expects {expected}")]
+    HeaderSize {
+        /// Recorded size.
+        found: u32,
+        /// `size_of::<Header>()` here.
+        expected: usize,
+    },
+    /// The region offsets do not match the layout computed from the capacities.
+    #[error("corrupt layout: region offsets or file size do not match the capacities ({modules} modules, {stacks} stacks, {frames} frames)")]
+    Layout {
+        /// Module capacity.
+        modules: u64,
+        /// Stack capacity.
+        stacks: u64,
+        /// Frame capacity.
+        frames: u64,
+    },
+    /// A count of records in use exceeds the room for them.
+    #[error("corrupt header: {what} {count} exceeds capacity {capacity}")]
+    OverCapacity {
+        /// Which count.
+        what: &'static str,
+        /// The count.
+        count: u64,
+        /// The capacity.
+        capacity: u64,
+    },
+    /// A region in use extends past the end of the file.
+    #[error("truncated: {what} end at byte {end}, but the file has {len} bytes")]
+    Truncated {
+        /// Which region.
+        what: &'static str,
+        /// One past its last byte.
+        end: u64,
+        /// File length.
+        len: u64,
+    },
+    /// An `exit_kind` this reader does not know.
+    #[error("corrupt header: unknown exit_kind {0}")]
+    ExitKind(u32),
+    /// A stack deeper than the header's `max_depth`.
+    #[error("stack {id}: depth {depth} exceeds max_depth {max_depth}")]
+    StackDepth {
+        /// Stack id.
+        id: u64,
+        /// Its depth.
+        depth: u32,
+        /// The header's max_depth.
+        max_depth: u32,
+    },
+    /// A stack's frames lie outside the frame words in use.
+    #[error("stack {id}: frames {start}..{end} outside the {used} frame words in use")]
+    StackFrames {
+        /// Stack id.
+        id: u64,
+        /// First frame word.
+        start: u64,
+        /// One past the last (saturated).
+        end: u64,
+        /// `frame_words_used`.
+        used: u64,
+    },
+    /// A module record with impossible lengths or range.
+    #[error("module {index}: {what}")]
+    Module {
+        /// Module index.
+        index: u64,
+        /// What is wrong.
+        what: String,
+    },
+}
+
+/// Random-access bytes a profile is read from: a file, or memory in tests.
+pub trait Source {
+    /// Total length in bytes.
+    fn size(&self) -> io::Result<u64>;
+    /// Fills `buf` from `offset`; an error if the bytes are not all there.
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()>;
+}
+
+impl Source for File {
+    fn size(&self) -> io::Result<u64> {
+        Ok(self.metadata()?.len())
+    }
+
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        FileExt::read_exact_at(self, buf, offset)
+    }
+}
+
+impl Source for [u8] {
+    fn size(&self) -> io::Result<u64> {
+        Ok(self.len() as u64)
+    }
+
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        let bytes = usize::try_from(offset)
+            .ok()
+            .and_then(|start| self.get(start..start.checked_add(buf.len())?))
+            .ok_or(io::ErrorKind::UnexpectedEof)?;
+        buf.copy_from_slice(bytes);
+        Ok(())
+    }
+}
+
+/// Reads and validates the profile file at `path`.
+pub fn read_profile_file(path: &Path) -> Result<Profile, Error> {
+    let wrap = |source| Error::Profile {
+        path: path.to_owned(),
+        source,
+    };
+    let file = File::open(path).map_err(|e| wrap(e.into()))?;
+    let mut profile = read_profile(&file).map_err(wrap)?;
+    profile.path = path.to_owned();
+    Ok(profile)
+}
+
+/// Reads and validates one profile from `source`.
+pub fn read_profile<S: Source + ?Sized>(source: &S) -> Result<Profile, ProfileError> {
+    let len = source.size()?;
+    if len < HEADER_SIZE {
+        return Err(ProfileError::TooShort { len });
+    }
+    let header_bytes = read_region(source, 0, HEADER_SIZE)?;
+    let header = read_plain::<Header>(&header_bytes, 0).ok_or(ProfileError::TooShort { len })?;
+    check_header(&header, len)?;
+
+    let l = header.layout;
+    // In bounds and without overflow: `check_header` proved each region ends in the file.
+    let modules = read_region(
+        source,
+        l.modules_offset,
+        l.module_offset(header.module_count),
+    )?;
+    let stacks = read_region(source, l.stacks_offset, l.stack_offset(header.stack_count))?;
+    let frames = read_region(
+        source,
+        l.frames_offset,
+        l.frame_offset(header.frame_words_used),
+    )?;
+
+    Ok(Profile {
+        path: Default::default(),
+        pid: header.pid,
+        ppid: header.ppid,
+        max_depth: header.max_depth,
+        recorded_exit: recorded_exit(&header)?,
+        degraded_reason: header.degraded_reason,
+        start_realtime_ns: header.start_realtime_ns,
+        start_monotonic_ns: header.start_monotonic_ns,
+        live_bytes: header.heap[0],
+        committed_peak_bytes: header.heap[1],
+        peak_time_ns: header.peak_time_ns,
+        rise_time_ns: header.rise_time_ns,
+        end_time_ns: header.end_time_ns,
+        flags: header.flags,
+        untracked_allocations: header.untracked_allocations,
+        lock_waits: header.lock_waits,
+        heap_cas_retries: header.heap_cas_retries,
+        argv: parse_argv(&header.argv[..header.argv_len as usize]),
+        modules: parse_modules(&modules, header.module_count)?,
+        stacks: parse_stacks(&stacks, &frames, &header)?,
+    })
+}
+
+/// Checks everything the rest of the reader relies on: identity, layout, counts within
+/// capacities, regions in use within the file.
+fn check_header(header: &Header, len: u64) -> Result<(), ProfileError> {
+    if header.magic != MAGIC {
+        return Err(ProfileError::BadMagic {
+            found: header.magic,
+        });
+    }
+    if header.version != FORMAT_VERSION {
+        return Err(ProfileError::Version {
+            found: header.version,
+        });
+    }
+    if header.header_size as usize != size_of::<Header>() {
+        return Err(ProfileError::HeaderSize {
+            found: header.header_size,
+            expected: size_of::<Header>(),
+        });
+    }
+    let l = header.layout;
+    if Layout::new(l.module_capacity, l.stack_capacity, l.frame_capacity) != Some(l) {
+        return Err(ProfileError::Layout {
+            modules: l.module_capacity,
+            stacks: l.stack_capacity,
+            frames: l.frame_capacity,
+        });
+    }
+    let counts = [
+        ("module_count", header.module_count, l.module_capacity),
+        ("stack_count", header.stack_count, l.stack_capacity),
+        // Stack ids are u32 in every consumer.
+        ("stack_count", header.stack_count, 1 << 32),
+        (
+            "frame_words_used",
+            header.frame_words_used,
+            l.frame_capacity,
+        ),
+        ("max_depth", header.max_depth.into(), MAX_DEPTH_LIMIT.into()),
+        ("argv_len", header.argv_len.into(), ARGV_CAPACITY as u64),
+    ];
+    for (what, count, capacity) in counts {
+        if count > capacity {
+            return Err(ProfileError::OverCapacity {
+                what,
+                count,
+                capacity,
+            });
+        }
+    }
+    // Counts are within capacities, and `Layout::new` proved the full regions do not
+    // overflow, so these ends cannot overflow either.
+    let regions = [
+        ("module records", l.module_offset(header.module_count)),
+        ("stack records", l.stack_offset(header.stack_count)),
+        ("frame words", l.frame_offset(header.frame_words_used)),
+    ];
+    for (what, end) in regions {
+        if end > len {
+            return Err(ProfileError::Truncated { what, end, len });
+        }
+    }
+    Ok(())
+}
+
+/// Reads the bytes `[start, end)`.
+fn read_region<S: Source + ?Sized>(
+    source: &S,
+    start: u64,
+    end: u64,
+) -> Result<Vec<u8>, ProfileError> {
+    let len = end.saturating_sub(start);
+    let len = usize::try_from(len).map_err(|_| io::Error::from(io::ErrorKind::OutOfMemory))?;
+    let mut bytes = vec![0u8; len];
+    source.read_exact_at(&mut bytes, start)?;
+    Ok(bytes)
+}
+
+fn recorded_exit(header: &Header) -> Result<Option<Exit>, ProfileError> {
+    match header.exit_kind {
+        exit_kind::UNKNOWN => Ok(None),
+        exit_kind::CODE => Ok(Some(Exit::Code(header.exit_value & 0xff))),
+        exit_kind::SIGNAL => Ok(Some(Exit::Signal(header.exit_value))),
+        other => Err(ProfileError::ExitKind(other)),
+    }
+}
+
+/// NUL-separated arguments; a trailing NUL does not make an empty last argument.
+fn parse_argv(bytes: &[u8]) -> Vec<String> {
+    let bytes = bytes.strip_suffix(b"\0").unwrap_or(bytes);
+    if bytes.is_empty() {
+        return Vec::new();
+    }
+    bytes
+        .split(|&b| b == 0)
+        .map(|arg| String::from_utf8_lossy(arg).into_owned())
+        .collect()
+}
+
+fn parse_modules(bytes: &[u8], count: u64) -> Result<Vec<Module>, ProfileError> {
+    let mut modules = Vec::new();
+    for (index, chunk) in (0..count).zip(bytes.chunks_exact(size_of::<ModuleRecord>())) {
+        let record = read_plain::<ModuleRecord>(chunk, 0).ok_or(ProfileError::Module {
+            index,
+            what: "short record".into(),
+        })?;
+        if record.published == 0 {
+            continue;
+        }
+        let bad = |what: String| ProfileError::Module { index, what };
+        let path_len = record.path_len as usize;
+        let build_id_len = record.build_id_len as usize;
+        if path_len > MODULE_PATH_CAPACITY {
+            return Err(bad(format!(
+                "path_len {path_len} exceeds {MODULE_PATH_CAPACITY}"
+            )));
+        }
+        if build_id_len > BUILD_ID_CAPACITY {
+            return Err(bad(format!(
+                "build_id_len {build_id_len} exceeds {BUILD_ID_CAPACITY}"
+            )));
+        }
+        if record.start > record.end {
+            return Err(bad(format!(
+                "start {:#x} above end {:#x}",
+                record.start, record.end
+            )));
+        }
+        modules.push(Module {
+            path: String::from_utf8_lossy(&record.path[..path_len]).into_owned(),
+            base: record.base,
+            start: record.start,
+            end: record.end,
+            loaded_ns: record.loaded_ns,
+            flags: record.module_flags,
+            build_id: record.build_id[..build_id_len].to_vec(),
+        });
+    }
+    modules.sort_by_key(|m| (m.start, m.end));
+    Ok(modules)
+}
+
+/// The stacks that count: id 0 (reserved, always present once the table exists, its
+/// frames ignored) and every published record, with frames checked against the area.
+fn parse_stacks(bytes: &[u8], frames: &[u8], header: &Header) -> Result<Vec<Stack>, ProfileError> {
+    let mut stacks = Vec::new();
+    for (id, chunk) in (0u64..).zip(bytes.chunks_exact(size_of::<StackRecord>())) {
+        let Some(record) = read_plain::<StackRecord>(chunk, 0) else {
+            break;
+        };
+        if id == u64::from(UNKNOWN_STACK_ID) {
+            stacks.push(Stack {
+                id: UNKNOWN_STACK_ID,
+                frames: Vec::new(),
+                record,
+            });
+            continue;
+        }
+        if record.published == 0 {
+            continue;
+        }
+        if record.depth > header.max_depth {
+            return Err(ProfileError::StackDepth {
+                id,
+                depth: record.depth,
+                max_depth: header.max_depth,
+            });
+        }
+        let start = record.frames_start;
+        let end = start.saturating_add(record.depth.into());
+        if end > header.frame_words_used {
+            return Err(ProfileError::StackFrames {
+                id,
+                start,
+                end,
+                used: header.frame_words_used,
+            });
+        }
+        // Within `frame_words_used`, which was checked to lie inside `frames`.
+        let frames = (start..end)
+            .map(|word| read_u64(frames, (word * 8) as usize))
+            .collect::<Option<Vec<u64>>>()
+            .ok_or(ProfileError::StackFrames {
+                id,
+                start,
+                end,
+                used: header.frame_words_used,
+            })?;
+        stacks.push(Stack {
+            // Fits: `check_header` bounds `stack_count` by 2^32.
+            id: u32::try_from(id).unwrap_or(u32::MAX),
+            frames,
+            record,
+        });
+    }
+    Ok(stacks)
+}

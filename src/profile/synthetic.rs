@@ -1,0 +1,340 @@
+//! A stand-in for the preload's store, for tests: builds profile files in memory, field by
+//! field at the offsets `memwarden-abi` declares, so the reader can be tested without
+//! LD_PRELOAD and without `unsafe`.
+
+use std::mem::offset_of;
+
+use memwarden_abi::{
+    exit_kind, Header, Layout, ModuleRecord, StackRecord, ARGV_CAPACITY, FORMAT_VERSION, MAGIC,
+};
+
+use super::{read_profile, Profile};
+use crate::Exit;
+
+/// A stack record with every field zero except `published`.
+pub fn stack_record() -> StackRecord {
+    StackRecord {
+        lock: 0,
+        published: 1,
+        depth: 0,
+        next: 0,
+        hash: 0,
+        frames_start: 0,
+        live_bytes: 0,
+        live_blocks: 0,
+        snap_bytes: 0,
+        snap_blocks: 0,
+        snap_peak: 0,
+        max_live_bytes: 0,
+        allocated_bytes: 0,
+        allocations: 0,
+        frees: 0,
+        category: 0,
+        reserved0: 0,
+    }
+}
+
+/// A module to put in a synthetic profile.
+#[derive(Clone, Debug, Default)]
+pub struct SyntheticModule {
+    /// Path of the mapped file.
+    pub path: String,
+    /// Load bias.
+    pub base: u64,
+    /// Lowest runtime address.
+    pub start: u64,
+    /// One past the highest runtime address.
+    pub end: u64,
+    /// `MODULE_*` bits.
+    pub flags: u32,
+    /// GNU build id.
+    pub build_id: Vec<u8>,
+}
+
+/// Builds the bytes of a profile file.
+#[derive(Clone)]
+pub struct ProfileBuilder {
+    /// The header, written as is apart from layout, counts and argv.
+    pub header: Header,
+    /// Modules, in order.
+    pub modules: Vec<SyntheticModule>,
+    /// Stacks after the reserved id 0: `(frames, record)`; depth, frames_start are set.
+    pub stacks: Vec<(Vec<u64>, StackRecord)>,
+    /// The reserved stack 0.
+    pub unknown_stack: StackRecord,
+    /// Arguments.
+    pub argv: Vec<String>,
+}
+
+impl ProfileBuilder {
+    /// A profile of process `pid` with nothing recorded yet, max_depth 64, small capacities.
+    pub fn new(pid: u32) -> Self {
+        let Some(layout) = Layout::new(16, 64, 1024) else {
+            unreachable!("small capacities fit")
+        };
+        let header = Header {
+            magic: MAGIC,
+            version: FORMAT_VERSION,
+            header_size: size_of::<Header>() as u32,
+            pid,
+            ppid: 1,
+            max_depth: 64,
+            exit_kind: exit_kind::UNKNOWN,
+            exit_value: 0,
+            degraded_reason: 0,
+            start_realtime_ns: 0,
+            start_monotonic_ns: 0,
+            layout,
+            heap: [0, 0],
+            blocks: [0, 0],
+            peak_time_ns: 0,
+            rise_time_ns: 0,
+            end_time_ns: 0,
+            stack_count: 0,
+            frame_words_used: 0,
+            module_count: 0,
+            flags: 0,
+            untracked_allocations: 0,
+            argv_len: 0,
+            reserved0: 0,
+            lock_waits: 0,
+            heap_cas_retries: 0,
+            reserved: [0; 30],
+            argv: [0; ARGV_CAPACITY],
+        };
+        let mut unknown_stack = stack_record();
+        unknown_stack.published = 0;
+        ProfileBuilder {
+            header,
+            modules: Vec::new(),
+            stacks: Vec::new(),
+            unknown_stack,
+            argv: Vec::new(),
+        }
+    }
+
+    /// Sets the command line.
+    pub fn argv(mut self, argv: &[&str]) -> Self {
+        self.argv = argv.iter().map(|a| a.to_string()).collect();
+        self
+    }
+
+    /// Sets the recorded exit.
+    pub fn exit(mut self, exit: Option<Exit>) -> Self {
+        (self.header.exit_kind, self.header.exit_value) = match exit {
+            None => (exit_kind::UNKNOWN, 0),
+            Some(Exit::Code(code)) => (exit_kind::CODE, code),
+            Some(Exit::Signal(signal)) => (exit_kind::SIGNAL, signal),
+        };
+        self
+    }
+
+    /// Sets the monotonic start time.
+    pub fn start_ns(mut self, ns: u64) -> Self {
+        self.header.start_monotonic_ns = ns;
+        self
+    }
+
+    /// Sets `heap = [live, peak]`.
+    pub fn heap(mut self, live: u64, peak: u64) -> Self {
+        self.header.heap = [live, peak];
+        self
+    }
+
+    /// Adds a published stack with these frames and figures.
+    pub fn stack(mut self, frames: &[u64], record: StackRecord) -> Self {
+        self.stacks.push((frames.to_vec(), record));
+        self
+    }
+
+    /// Adds a module.
+    pub fn module(mut self, module: SyntheticModule) -> Self {
+        self.modules.push(module);
+        self
+    }
+
+    /// The file bytes, `layout.file_size` long.
+    pub fn build(&self) -> Vec<u8> {
+        let layout = self.header.layout;
+        let mut file = vec![0u8; layout.file_size as usize];
+        let mut frame_words = 0u64;
+        let mut put_stack = |id: u64, frames: &[u64], record: &StackRecord| {
+            let mut record = *record;
+            if id != 0 {
+                record.depth = frames.len() as u32;
+                record.frames_start = frame_words;
+            }
+            for &frame in frames {
+                put(
+                    &mut file,
+                    layout.frame_offset(frame_words),
+                    &frame.to_le_bytes(),
+                );
+                frame_words += 1;
+            }
+            write_stack(&mut file, layout.stack_offset(id) as usize, &record);
+        };
+        put_stack(0, &[], &self.unknown_stack);
+        for (id, (frames, record)) in (1u64..).zip(&self.stacks) {
+            put_stack(id, frames, record);
+        }
+        for (index, module) in (0u64..).zip(&self.modules) {
+            write_module(&mut file, layout.module_offset(index) as usize, module);
+        }
+        let mut header = self.header;
+        header.stack_count = 1 + self.stacks.len() as u64;
+        header.frame_words_used = frame_words;
+        header.module_count = self.modules.len() as u64;
+        let argv: Vec<u8> = self
+            .argv
+            .iter()
+            .flat_map(|a| a.bytes().chain([0]))
+            .take(ARGV_CAPACITY)
+            .collect();
+        header.argv_len = argv.len() as u32;
+        header.argv[..argv.len()].copy_from_slice(&argv);
+        write_header(&mut file, &header);
+        file
+    }
+
+    /// Builds the bytes and reads them back.
+    pub fn build_profile(&self) -> Profile {
+        match read_profile(&self.build()[..]) {
+            Ok(profile) => profile,
+            Err(e) => panic!("synthetic profile rejected: {e}"),
+        }
+    }
+}
+
+fn put(file: &mut [u8], offset: impl TryInto<usize>, bytes: &[u8]) {
+    let Ok(offset) = offset.try_into() else {
+        panic!("offset beyond usize")
+    };
+    file[offset..offset + bytes.len()].copy_from_slice(bytes);
+}
+
+fn write_header(file: &mut [u8], h: &Header) {
+    macro_rules! field {
+        ($name:ident) => {
+            put(file, offset_of!(Header, $name), &h.$name.to_le_bytes())
+        };
+    }
+    put(file, offset_of!(Header, magic), &h.magic);
+    field!(version);
+    field!(header_size);
+    field!(pid);
+    field!(ppid);
+    field!(max_depth);
+    field!(exit_kind);
+    field!(exit_value);
+    field!(degraded_reason);
+    field!(start_realtime_ns);
+    field!(start_monotonic_ns);
+    let layout = offset_of!(Header, layout);
+    let l = h.layout;
+    let words = [
+        (offset_of!(Layout, modules_offset), l.modules_offset),
+        (offset_of!(Layout, module_capacity), l.module_capacity),
+        (offset_of!(Layout, stacks_offset), l.stacks_offset),
+        (offset_of!(Layout, stack_capacity), l.stack_capacity),
+        (offset_of!(Layout, frames_offset), l.frames_offset),
+        (offset_of!(Layout, frame_capacity), l.frame_capacity),
+        (offset_of!(Layout, file_size), l.file_size),
+    ];
+    for (offset, value) in words {
+        put(file, layout + offset, &value.to_le_bytes());
+    }
+    for (i, word) in h.heap.iter().enumerate() {
+        put(file, offset_of!(Header, heap) + 8 * i, &word.to_le_bytes());
+    }
+    for (i, word) in h.blocks.iter().enumerate() {
+        put(
+            file,
+            offset_of!(Header, blocks) + 8 * i,
+            &word.to_le_bytes(),
+        );
+    }
+    field!(peak_time_ns);
+    field!(rise_time_ns);
+    field!(end_time_ns);
+    field!(stack_count);
+    field!(frame_words_used);
+    field!(module_count);
+    field!(flags);
+    field!(untracked_allocations);
+    field!(argv_len);
+    field!(lock_waits);
+    field!(heap_cas_retries);
+    put(file, offset_of!(Header, argv), &h.argv);
+}
+
+fn write_stack(file: &mut [u8], at: usize, r: &StackRecord) {
+    macro_rules! field {
+        ($name:ident) => {
+            put(
+                file,
+                at + offset_of!(StackRecord, $name),
+                &r.$name.to_le_bytes(),
+            )
+        };
+    }
+    field!(published);
+    field!(depth);
+    field!(frames_start);
+    field!(live_bytes);
+    field!(live_blocks);
+    field!(snap_bytes);
+    field!(snap_blocks);
+    field!(snap_peak);
+    field!(max_live_bytes);
+    field!(allocated_bytes);
+    field!(allocations);
+    field!(frees);
+}
+
+fn write_module(file: &mut [u8], at: usize, m: &SyntheticModule) {
+    let field = |name: usize| at + name;
+    put(
+        file,
+        field(offset_of!(ModuleRecord, published)),
+        &1u32.to_le_bytes(),
+    );
+    let path_len = m.path.len() as u32;
+    put(
+        file,
+        field(offset_of!(ModuleRecord, path_len)),
+        &path_len.to_le_bytes(),
+    );
+    put(
+        file,
+        field(offset_of!(ModuleRecord, base)),
+        &m.base.to_le_bytes(),
+    );
+    put(
+        file,
+        field(offset_of!(ModuleRecord, start)),
+        &m.start.to_le_bytes(),
+    );
+    put(
+        file,
+        field(offset_of!(ModuleRecord, end)),
+        &m.end.to_le_bytes(),
+    );
+    let id_len = m.build_id.len() as u32;
+    put(
+        file,
+        field(offset_of!(ModuleRecord, build_id_len)),
+        &id_len.to_le_bytes(),
+    );
+    put(
+        file,
+        field(offset_of!(ModuleRecord, module_flags)),
+        &m.flags.to_le_bytes(),
+    );
+    put(file, field(offset_of!(ModuleRecord, build_id)), &m.build_id);
+    put(
+        file,
+        field(offset_of!(ModuleRecord, path)),
+        m.path.as_bytes(),
+    );
+}

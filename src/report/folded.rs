@@ -1,0 +1,173 @@
+//! Report stage: collapsed stacks (`root;…;leaf bytes` lines), the input of the flame
+//! graphs and a format other flame-graph tools read. One root frame per process.
+
+use std::collections::BTreeMap;
+
+use super::json::{ProcessReport, Report, StackReport};
+
+/// What a flame graph measures.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Measure {
+    /// Bytes live at each process's peak.
+    Peak,
+    /// Bytes live at exit.
+    NotFreed,
+    /// Bytes allocated over the whole run.
+    Allocated,
+}
+
+impl Measure {
+    /// Every measure, in the order the files are written.
+    pub const ALL: [Measure; 3] = [Measure::Peak, Measure::NotFreed, Measure::Allocated];
+
+    /// File name without extension: `peak`, `not-freed`, `allocated`.
+    pub fn file_stem(self) -> &'static str {
+        match self {
+            Measure::Peak => "peak",
+            Measure::NotFreed => "not-freed",
+            Measure::Allocated => "allocated",
+        }
+    }
+
+    /// The graph's title.
+    pub fn title(self) -> &'static str {
+        match self {
+            Measure::Peak => "Heap at its peak: bytes live at the peak, by call stack",
+            Measure::NotFreed => {
+                "Not freed at exit: bytes still live when each process ended, by call stack"
+            }
+            Measure::Allocated => "Allocated: total bytes requested over the run, by call stack",
+        }
+    }
+
+    /// What is drawn when there is nothing to draw.
+    pub fn empty_message(self) -> &'static str {
+        match self {
+            Measure::Peak => "No heap bytes were live at any peak: nothing to draw.",
+            Measure::NotFreed => "Every byte was freed before exit: nothing to draw.",
+            Measure::Allocated => "Nothing was allocated: nothing to draw.",
+        }
+    }
+
+    /// The stack's figure for this measure.
+    pub fn of_stack(self, stack: &StackReport) -> u64 {
+        match self {
+            Measure::Peak => stack.at_peak_bytes,
+            Measure::NotFreed => stack.live_bytes,
+            Measure::Allocated => stack.allocated_bytes,
+        }
+    }
+
+    /// The process's total for this measure.
+    pub fn of_process(self, process: &ProcessReport) -> u64 {
+        match self {
+            Measure::Peak => process.peak_bytes,
+            Measure::NotFreed => process.not_freed_bytes,
+            Measure::Allocated => process.totals.allocated_bytes,
+        }
+    }
+}
+
+/// The root frame of a process: `pid 1234: cmd args` (cut to 80 characters).
+pub fn process_label(process: &ProcessReport) -> String {
+    let command = process.argv.join(" ");
+    let mut label = format!("pid {}: {}", process.pid, command.trim());
+    if let Some((cut, _)) = label.char_indices().nth(80) {
+        label.truncate(cut);
+        label.push('…');
+    }
+    sanitize(&label)
+}
+
+/// A frame name safe in a collapsed line: no `;` (the separator) and no line breaks.
+fn sanitize(label: &str) -> String {
+    label
+        .chars()
+        .map(|c| match c {
+            ';' => ',',
+            '\n' | '\r' => ' ',
+            c => c,
+        })
+        .collect()
+}
+
+/// The collapsed stacks of `measure`, root first, sorted, equal stacks merged, zero counts
+/// left out; every line ends with a newline.
+pub fn folded(report: &Report, measure: Measure) -> String {
+    let mut lines: BTreeMap<String, u64> = BTreeMap::new();
+    for process in &report.processes {
+        let root = process_label(process);
+        for stack in &process.stacks {
+            let count = measure.of_stack(stack);
+            if count == 0 {
+                continue;
+            }
+            let mut line = root.clone();
+            for frame in stack.frames.iter().rev() {
+                line.push(';');
+                line.push_str(&sanitize(&frame.label()));
+            }
+            *lines.entry(line).or_default() += count;
+        }
+    }
+    lines
+        .into_iter()
+        .map(|(stack, count)| format!("{stack} {count}\n"))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::test_report::{process_report, stack_report};
+
+    #[test]
+    fn lines_run_root_first_merge_equal_stacks_and_skip_zeros() {
+        let mut a = process_report(10, &["prog", "--x"]);
+        a.stacks = vec![
+            stack_report(1, &["leaf", "mid", "main"], 100, 7, 1000),
+            stack_report(2, &["leaf", "mid", "main"], 50, 0, 10),
+            stack_report(3, &["other;odd", "main"], 0, 3, 5),
+        ];
+        let mut b = process_report(11, &["child"]);
+        b.stacks = vec![stack_report(1, &["work"], 8, 8, 8)];
+        let report = Report {
+            format_version: 1,
+            command: vec![],
+            processes: vec![a, b],
+        };
+
+        assert_eq!(
+            folded(&report, Measure::Peak),
+            "pid 10: prog --x;main;mid;leaf 150\npid 11: child;work 8\n"
+        );
+        assert_eq!(
+            folded(&report, Measure::NotFreed),
+            "pid 10: prog --x;main;mid;leaf 7\npid 10: prog --x;main;other,odd 3\npid 11: child;work 8\n"
+        );
+        assert_eq!(
+            folded(&report, Measure::Allocated).lines().next(),
+            Some("pid 10: prog --x;main;mid;leaf 1010")
+        );
+    }
+
+    #[test]
+    fn nothing_to_count_gives_no_lines() {
+        let mut p = process_report(1, &["x"]);
+        p.stacks = vec![stack_report(1, &["f"], 0, 0, 64)];
+        let report = Report {
+            format_version: 1,
+            command: vec![],
+            processes: vec![p],
+        };
+        assert_eq!(folded(&report, Measure::NotFreed), "");
+    }
+
+    #[test]
+    fn long_commands_are_cut_in_the_root_label() {
+        let long = "a".repeat(200);
+        let label = process_label(&process_report(5, &[&long]));
+        assert_eq!(label.chars().count(), 81);
+        assert!(label.starts_with("pid 5: aaa") && label.ends_with('…'));
+    }
+}

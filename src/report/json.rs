@@ -1,0 +1,295 @@
+//! The report model, built from the analysis and the symbols: its serialization is the
+//! `report.json` contract (docs/report-format.md); the other renderers read it too.
+
+use memwarden_abi::{degraded_reason, flags, UNKNOWN_STACK_ID};
+use serde::{Deserialize, Serialize};
+
+use super::frames;
+use crate::analysis::{ExitSource, Process, StackFigures, Totals};
+use crate::symbolize::Symbolizer;
+use crate::Exit;
+
+/// Version of the `report.json` format.
+pub const REPORT_FORMAT_VERSION: u32 = 1;
+
+/// Function name given to the single frame of the reserved unknown stack.
+pub const UNKNOWN_STACK_LABEL: &str = "[unknown stack]";
+
+/// The whole report.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Report {
+    /// [`REPORT_FORMAT_VERSION`].
+    pub format_version: u32,
+    /// The command that was run.
+    pub command: Vec<String>,
+    /// Every process image, by start time.
+    pub processes: Vec<ProcessReport>,
+}
+
+/// One process image.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ProcessReport {
+    /// Process id.
+    pub pid: u32,
+    /// Parent process id when tracking started.
+    pub ppid: u32,
+    /// Its command line.
+    pub argv: Vec<String>,
+    /// The command line was cut.
+    pub argv_truncated: bool,
+    /// `{"code": N}`, `{"signal": N}`, or null when unknown.
+    pub exit: Option<Exit>,
+    /// `"reaped"` (by the CLI), `"recorded"` (by the process), or null.
+    pub exit_source: Option<ExitSource>,
+    /// The image called exec; `exit` is the final image's.
+    pub replaced_by_exec: bool,
+    /// Created by fork, starting with its parent's live heap.
+    pub forked: bool,
+    /// The program defines its own malloc, which bypasses memwarden.
+    pub own_malloc: bool,
+    /// The stack table filled up; later new stacks count under the unknown stack.
+    pub stacks_full: bool,
+    /// The module table filled up; later modules cannot be symbolized.
+    pub modules_full: bool,
+    /// Why tracking stopped early, or null.
+    pub degraded: Option<String>,
+    /// Allocations made while tracking was off.
+    pub untracked_allocations: u64,
+    /// ms after the earliest process started.
+    pub start_time_ms: f64,
+    /// ms the process ran, when it recorded its end.
+    pub duration_ms: Option<f64>,
+    /// Live heap bytes at the peak.
+    pub peak_bytes: u64,
+    /// Live blocks at the peak.
+    pub peak_blocks: u64,
+    /// ms after process start when the peak was reached.
+    pub peak_time_ms: f64,
+    /// Sums over the stacks.
+    pub totals: Totals,
+    /// Bytes live at exit.
+    pub not_freed_bytes: u64,
+    /// Blocks live at exit.
+    pub not_freed_blocks: u64,
+    /// How often the preload's writers got in each other's way.
+    pub contention: Contention,
+    /// Stacks, by bytes at the peak, then bytes allocated.
+    pub stacks: Vec<StackReport>,
+}
+
+/// The preload's contention counters.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
+pub struct Contention {
+    /// Waits on a locked stack record or address-map shard.
+    pub lock_waits: u64,
+    /// Lost races of the heap compare-and-swap.
+    pub heap_cas_retries: u64,
+}
+
+/// One call stack.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct StackReport {
+    /// Stack id in its profile (0: the unknown stack).
+    pub id: u32,
+    /// Frames, innermost first, one per inline level.
+    pub frames: Vec<FrameReport>,
+    /// Bytes live at the process's peak.
+    pub at_peak_bytes: u64,
+    /// Blocks live at the process's peak.
+    pub at_peak_blocks: u64,
+    /// Bytes live at exit.
+    pub live_bytes: u64,
+    /// Blocks live at exit.
+    pub live_blocks: u64,
+    /// Highest live bytes this stack ever had.
+    pub max_live_bytes: u64,
+    /// Bytes ever allocated.
+    pub allocated_bytes: u64,
+    /// Allocations ever made.
+    pub allocations: u64,
+    /// Blocks freed.
+    pub frees: u64,
+}
+
+/// One frame.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FrameReport {
+    /// Demangled function name.
+    pub function: Option<String>,
+    /// Source file.
+    pub file: Option<String>,
+    /// Source line.
+    pub line: Option<u32>,
+    /// Path of the module (`[vdso]` for the vDSO).
+    pub module: Option<String>,
+    /// The return address as recorded, `0x…`.
+    pub address: Option<String>,
+    /// Inlined into the next frame.
+    pub inlined: bool,
+}
+
+impl FrameReport {
+    /// `function (file:line)`, `function [module]`, or `0x… [module]`, with file and
+    /// module shown by their file names.
+    pub fn label(&self) -> String {
+        let file = self.file.as_deref().map(file_name);
+        let module = self.module.as_deref().map(file_name);
+        let head = match (&self.function, &self.address) {
+            (Some(function), _) => function.clone(),
+            (None, Some(address)) => address.clone(),
+            (None, None) => "?".to_owned(),
+        };
+        match (file, self.line, module) {
+            (Some(file), Some(line), _) if self.function.is_some() => {
+                format!("{head} ({file}:{line})")
+            }
+            (Some(file), None, _) if self.function.is_some() => format!("{head} ({file})"),
+            (_, _, Some(module)) => format!("{head} [{module}]"),
+            _ => head,
+        }
+    }
+}
+
+/// The last component of a path.
+pub fn file_name(path: &str) -> &str {
+    path.rsplit('/').next().unwrap_or(path)
+}
+
+/// Builds the report of analysed `processes` of a run of `command`.
+pub fn build(command: Vec<String>, processes: &[Process], symbolizer: &mut Symbolizer) -> Report {
+    Report {
+        format_version: REPORT_FORMAT_VERSION,
+        command,
+        processes: processes.iter().map(|p| process(p, symbolizer)).collect(),
+    }
+}
+
+fn ms(ns: u64) -> f64 {
+    (ns / 1_000) as f64 / 1_000.0
+}
+
+fn process(p: &Process, symbolizer: &mut Symbolizer) -> ProcessReport {
+    let profile = p.profile;
+    ProcessReport {
+        pid: profile.pid,
+        ppid: profile.ppid,
+        argv: profile.argv.clone(),
+        argv_truncated: profile.has_flag(flags::ARGV_TRUNCATED),
+        exit: p.exit,
+        exit_source: p.exit_source,
+        replaced_by_exec: p.replaced_by_exec,
+        forked: profile.forked(),
+        own_malloc: profile.has_flag(flags::OWN_MALLOC),
+        stacks_full: profile.has_flag(flags::STACKS_FULL),
+        modules_full: profile.has_flag(flags::MODULES_FULL),
+        degraded: degraded(profile.degraded_reason, profile.has_flag(flags::DEGRADED)),
+        untracked_allocations: profile.untracked_allocations,
+        start_time_ms: ms(p.start_offset_ns),
+        duration_ms: (profile.end_time_ns != 0).then(|| ms(profile.end_time_ns)),
+        peak_bytes: p.peak.bytes,
+        peak_blocks: p.peak.blocks,
+        peak_time_ms: ms(p.peak.time_ns),
+        totals: p.totals,
+        not_freed_bytes: p.not_freed_bytes,
+        not_freed_blocks: p.not_freed_blocks,
+        contention: Contention {
+            lock_waits: profile.lock_waits,
+            heap_cas_retries: profile.heap_cas_retries,
+        },
+        stacks: p.stacks.iter().map(|s| stack(p, s, symbolizer)).collect(),
+    }
+}
+
+/// The stable name of a degraded reason, or null when tracking did not stop.
+fn degraded(reason: u32, flagged: bool) -> Option<String> {
+    let name = match reason {
+        degraded_reason::NONE if !flagged => return None,
+        degraded_reason::NONE => "unknown".to_owned(),
+        degraded_reason::FILE_GROW_FAILED => "file_grow_failed".to_owned(),
+        degraded_reason::ADDRESS_MAP_FULL => "address_map_full".to_owned(),
+        degraded_reason::COUNTER_OVERFLOW => "counter_overflow".to_owned(),
+        other => format!("reason_{other}"),
+    };
+    Some(name)
+}
+
+fn stack(p: &Process, s: &StackFigures, symbolizer: &mut Symbolizer) -> StackReport {
+    let frames = if s.stack.id == UNKNOWN_STACK_ID {
+        vec![FrameReport {
+            function: Some(UNKNOWN_STACK_LABEL.to_owned()),
+            file: None,
+            line: None,
+            module: None,
+            address: None,
+            inlined: false,
+        }]
+    } else {
+        frames::shown_frames(p.profile, &s.stack.frames, symbolizer)
+    };
+    StackReport {
+        id: s.stack.id,
+        frames,
+        at_peak_bytes: s.at_peak_bytes,
+        at_peak_blocks: s.at_peak_blocks,
+        live_bytes: s.live_bytes,
+        live_blocks: s.live_blocks,
+        max_live_bytes: s.max_live_bytes,
+        allocated_bytes: s.allocated_bytes,
+        allocations: s.allocations,
+        frees: s.frees,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame(
+        function: Option<&str>,
+        file: Option<&str>,
+        line: Option<u32>,
+        module: Option<&str>,
+    ) -> FrameReport {
+        FrameReport {
+            function: function.map(Into::into),
+            file: file.map(Into::into),
+            line,
+            module: module.map(Into::into),
+            address: Some("0x1234".into()),
+            inlined: false,
+        }
+    }
+
+    #[test]
+    fn labels_prefer_source_then_module_then_address() {
+        let full = frame(Some("main"), Some("/src/a.c"), Some(7), Some("a.out"));
+        assert_eq!(full.label(), "main (a.c:7)");
+        assert_eq!(
+            frame(Some("f"), Some("/src/a.c"), None, None).label(),
+            "f (a.c)"
+        );
+        assert_eq!(
+            frame(Some("malloc"), None, None, Some("/lib/libc.so.6")).label(),
+            "malloc [libc.so.6]"
+        );
+        assert_eq!(
+            frame(None, None, None, Some("libc.so.6")).label(),
+            "0x1234 [libc.so.6]"
+        );
+        assert_eq!(frame(None, None, None, None).label(), "0x1234");
+    }
+
+    #[test]
+    fn degraded_reasons_have_stable_names() {
+        assert_eq!(degraded(degraded_reason::NONE, false), None);
+        assert_eq!(
+            degraded(degraded_reason::NONE, true).as_deref(),
+            Some("unknown")
+        );
+        assert_eq!(
+            degraded(degraded_reason::FILE_GROW_FAILED, true).as_deref(),
+            Some("file_grow_failed")
+        );
+        assert_eq!(degraded(99, false).as_deref(), Some("reason_99"));
+    }
+}

@@ -1,0 +1,154 @@
+//! The report, last stage of the pipeline: from an output folder's profiles to
+//! `report.json`, the collapsed stacks, the flame graphs and the summary text.
+
+pub mod flamegraph;
+pub mod folded;
+mod frames;
+pub mod json;
+pub mod text;
+
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+use crate::analysis::analyze;
+use crate::profile::load_dir;
+use crate::symbolize::Symbolizer;
+use crate::Error;
+use folded::Measure;
+use json::Report;
+
+/// File name of the JSON report inside the output folder.
+pub const REPORT_FILE: &str = "report.json";
+/// Symbolization warnings shown in the summary; the rest are counted.
+const MAX_WARNINGS_SHOWN: usize = 3;
+
+/// How the report is rendered.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Stacks shown per process in the summary.
+    pub top: usize,
+    /// Bold headings in the summary.
+    pub colour: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            top: 5,
+            colour: false,
+        }
+    }
+}
+
+/// What [`generate`] produced.
+#[derive(Debug)]
+pub struct Generated {
+    /// The report (also written as `report.json`).
+    pub report: Report,
+    /// The summary text, ending with a newline.
+    pub summary: String,
+    /// Every file written.
+    pub files: Vec<PathBuf>,
+}
+
+/// Loads `dir`, analyses and symbolizes its profiles, writes every report file into it,
+/// and returns the summary.
+pub fn generate(dir: &Path, options: &Options) -> Result<Generated, Error> {
+    let loaded = load_dir(dir)?;
+    let reaped = loaded
+        .run
+        .as_ref()
+        .map(|run| run.exits.clone())
+        .unwrap_or_default();
+    let processes = analyze(&loaded.profiles, &reaped);
+    let command = match &loaded.run {
+        Some(run) => run.command.clone(),
+        None => processes
+            .first()
+            .map(|p| p.profile.argv.clone())
+            .unwrap_or_default(),
+    };
+    let mut symbolizer = Symbolizer::new();
+    let report = json::build(command, &processes, &mut symbolizer);
+    let files = write_files(dir, &report)?;
+
+    let mut footer = Vec::new();
+    if loaded.run.is_none() {
+        footer.push("note: no run.json: exit statuses are those the processes recorded".into());
+    }
+    let warnings = symbolizer.warnings();
+    for warning in warnings.iter().take(MAX_WARNINGS_SHOWN) {
+        footer.push(format!("note: {warning}"));
+    }
+    if warnings.len() > MAX_WARNINGS_SHOWN {
+        let more = warnings.len() - MAX_WARNINGS_SHOWN;
+        footer.push(format!("note: … and {more} more modules without symbols"));
+    }
+    footer.push(format!(
+        "memwarden: report written to {}: {REPORT_FILE}, peak.svg, not-freed.svg, allocated.svg (and .folded)",
+        dir.display()
+    ));
+    let style = text::Style {
+        top: options.top,
+        colour: options.colour,
+    };
+    let summary = text::summary(&report, &style, &footer);
+    Ok(Generated {
+        report,
+        summary,
+        files,
+    })
+}
+
+/// Writes `report.json` and, per measure, `<measure>.folded` and `<measure>.svg`.
+pub fn write_files(dir: &Path, report: &Report) -> Result<Vec<PathBuf>, Error> {
+    let json_path = dir.join(REPORT_FILE);
+    write_file(&json_path, |out| {
+        serde_json::to_writer_pretty(&mut *out, report)?;
+        out.write_all(b"\n")
+    })?;
+    let mut files = vec![json_path];
+    let processes = report.processes.len();
+    let subtitle = format!(
+        "{} ({} process{}), in bytes",
+        report.command.join(" "),
+        processes,
+        if processes == 1 { "" } else { "es" }
+    );
+    for measure in Measure::ALL {
+        let lines = folded::folded(report, measure);
+        let folded_path = dir.join(format!("{}.folded", measure.file_stem()));
+        write_file(&folded_path, |out| out.write_all(lines.as_bytes()))?;
+        let svg_path = dir.join(format!("{}.svg", measure.file_stem()));
+        let svg = flamegraph::svg(&lines, measure, &subtitle).map_err(|source| Error::Io {
+            path: svg_path.clone(),
+            action: "draw",
+            source,
+        })?;
+        write_file(&svg_path, |out| out.write_all(&svg))?;
+        files.extend([folded_path, svg_path]);
+    }
+    Ok(files)
+}
+
+fn write_file(
+    path: &Path,
+    fill: impl FnOnce(&mut BufWriter<File>) -> std::io::Result<()>,
+) -> Result<(), Error> {
+    let io_error = |source| Error::Io {
+        path: path.to_owned(),
+        action: "write",
+        source,
+    };
+    let mut out = BufWriter::new(File::create(path).map_err(io_error)?);
+    fill(&mut out).map_err(io_error)?;
+    out.flush().map_err(io_error)
+}
+
+#[cfg(test)]
+pub(crate) mod test_report;
+
+#[cfg(test)]
+#[path = "generate_tests.rs"]
+mod generate_tests;

@@ -1,0 +1,71 @@
+//! Report models built by hand for the renderers' tests.
+
+use super::json::{Contention, FrameReport, ProcessReport, StackReport};
+use crate::analysis::Totals;
+
+/// A process with no stacks and zero figures.
+pub(crate) fn process_report(pid: u32, argv: &[&str]) -> ProcessReport {
+    ProcessReport {
+        pid,
+        ppid: 1,
+        argv: argv.iter().map(|a| a.to_string()).collect(),
+        argv_truncated: false,
+        exit: None,
+        exit_source: None,
+        replaced_by_exec: false,
+        forked: false,
+        own_malloc: false,
+        stacks_full: false,
+        modules_full: false,
+        degraded: None,
+        untracked_allocations: 0,
+        start_time_ms: 0.0,
+        duration_ms: None,
+        peak_bytes: 0,
+        peak_blocks: 0,
+        peak_time_ms: 0.0,
+        totals: Totals::default(),
+        not_freed_bytes: 0,
+        not_freed_blocks: 0,
+        contention: Contention {
+            lock_waits: 0,
+            heap_cas_retries: 0,
+        },
+        stacks: Vec::new(),
+    }
+}
+
+/// A frame with only a function name.
+pub(crate) fn function_frame(function: &str) -> FrameReport {
+    FrameReport {
+        function: Some(function.to_owned()),
+        file: None,
+        line: None,
+        module: None,
+        address: Some("0x1000".to_owned()),
+        inlined: false,
+    }
+}
+
+/// A stack of named functions (innermost first) with these bytes at the peak, live at
+/// exit and allocated; one block per 8 bytes.
+pub(crate) fn stack_report(
+    id: u32,
+    functions: &[&str],
+    at_peak: u64,
+    live: u64,
+    allocated: u64,
+) -> StackReport {
+    StackReport {
+        id,
+        frames: functions.iter().map(|f| function_frame(f)).collect(),
+        at_peak_bytes: at_peak,
+        at_peak_blocks: at_peak / 8,
+        live_bytes: live,
+        live_blocks: live / 8,
+        max_live_bytes: at_peak.max(live),
+        allocated_bytes: allocated,
+        allocations: allocated / 8,
+        frees: (allocated - live) / 8,
+    }
+}

@@ -1,0 +1,274 @@
+//! Report stage: the short summary the CLI prints on stderr after the run — per process
+//! its exit, peak, top stacks at the peak, totals, leaks and flags.
+
+use std::fmt::Write;
+
+use super::json::{FrameReport, ProcessReport, Report, StackReport};
+
+/// Processes shown in full; more are summed up in one line (report.json has them all).
+pub const MAX_PROCESSES_SHOWN: usize = 12;
+/// Frames shown per stack in the summary.
+const CHAIN_FRAMES: usize = 3;
+/// Longest frame label shown in the summary, in characters.
+const MAX_LABEL: usize = 70;
+
+/// Functions that only pass an allocation through; the summary shows their callers.
+const ALLOCATOR_FUNCTIONS: &[&str] = &[
+    "malloc",
+    "calloc",
+    "realloc",
+    "reallocarray",
+    "free",
+    "posix_memalign",
+    "aligned_alloc",
+    "memalign",
+    "valloc",
+    "pvalloc",
+    "__libc_malloc",
+    "__libc_calloc",
+    "__libc_realloc",
+    "__libc_memalign",
+    "__rust_alloc",
+    "__rust_alloc_zeroed",
+    "__rust_realloc",
+    "__rdl_alloc",
+    "__rdl_alloc_zeroed",
+    "__rdl_realloc",
+    "__rg_alloc",
+    "__rg_alloc_zeroed",
+    "__rg_realloc",
+];
+/// Name prefixes of allocator plumbing (C++ and Rust standard libraries).
+const ALLOCATOR_PREFIXES: &[&str] = &[
+    "operator new",
+    "alloc::",
+    "<alloc::",
+    "core::alloc::",
+    "std::alloc::",
+    "<std::alloc::",
+    "__gnu_cxx::new_allocator",
+    "__gnu_cxx::__new_allocator",
+    "std::__new_allocator",
+    "std::allocator",
+    "std::allocator_traits",
+    "hashbrown::raw::",
+    "<hashbrown::",
+];
+
+/// How the summary is drawn.
+pub struct Style {
+    /// Stacks shown per process.
+    pub top: usize,
+    /// Bold headings (only on a terminal).
+    pub colour: bool,
+}
+
+/// The summary of `report`; `footer` lines (where files were written, notes) end it.
+pub fn summary(report: &Report, style: &Style, footer: &[String]) -> String {
+    let mut out = String::new();
+    let processes = &report.processes;
+    let _ = writeln!(
+        out,
+        "memwarden: {} ({} process{})",
+        report.command.join(" "),
+        processes.len(),
+        if processes.len() == 1 { "" } else { "es" }
+    );
+    let mut shown: Vec<&ProcessReport> = processes.iter().collect();
+    if shown.len() > MAX_PROCESSES_SHOWN {
+        shown.sort_by_key(|p| std::cmp::Reverse(p.peak_bytes));
+        shown.truncate(MAX_PROCESSES_SHOWN);
+        shown.sort_by(|a, b| a.start_time_ms.total_cmp(&b.start_time_ms));
+    }
+    for process in &shown {
+        write_process(&mut out, process, style);
+    }
+    if shown.len() < processes.len() {
+        let _ = writeln!(
+            out,
+            "… {} more processes with smaller peaks (see report.json)",
+            processes.len() - shown.len()
+        );
+    }
+    if processes.len() > 1 {
+        write_totals(&mut out, processes);
+    }
+    for line in footer {
+        let _ = writeln!(out, "{line}");
+    }
+    out
+}
+
+fn write_process(out: &mut String, p: &ProcessReport, style: &Style) {
+    let heading = format!("pid {}: {}", p.pid, p.argv.join(" "));
+    if style.colour {
+        let _ = writeln!(out, "\x1b[1m{heading}\x1b[0m");
+    } else {
+        let _ = writeln!(out, "{heading}");
+    }
+    let exit = match (p.exit, p.replaced_by_exec) {
+        (Some(exit), true) => format!("replaced by exec (final image: {exit})"),
+        (None, true) => "replaced by exec".to_owned(),
+        (Some(exit), false) => exit.to_string(),
+        (None, false) => "unknown (still running, or killed before it could record it)".to_owned(),
+    };
+    let _ = writeln!(out, "  exit         {exit}");
+    let _ = writeln!(
+        out,
+        "  peak heap    {} in {} blocks, at {:.1} ms",
+        bytes(p.peak_bytes),
+        group(p.peak_blocks),
+        p.peak_time_ms
+    );
+    let top: Vec<&StackReport> = p
+        .stacks
+        .iter()
+        .filter(|s| s.at_peak_bytes > 0)
+        .take(style.top)
+        .collect();
+    for (i, stack) in top.iter().enumerate() {
+        let share = stack.at_peak_bytes as f64 * 100.0 / p.peak_bytes.max(1) as f64;
+        let _ = writeln!(
+            out,
+            "  {:<12} {:>10} {:>5.1}%  {}",
+            if i == 0 { "at the peak" } else { "" },
+            human(stack.at_peak_bytes),
+            share,
+            chain(&stack.frames)
+        );
+    }
+    let t = &p.totals;
+    let _ = writeln!(
+        out,
+        "  allocated    {} in {} allocations, {} frees",
+        bytes(t.allocated_bytes),
+        group(t.allocations),
+        group(t.frees)
+    );
+    let _ = writeln!(
+        out,
+        "  not freed    {} in {} blocks at exit",
+        bytes(p.not_freed_bytes),
+        group(p.not_freed_blocks)
+    );
+    let flags = flags(p);
+    if !flags.is_empty() {
+        let _ = writeln!(out, "  flags        {}", flags.join("; "));
+    }
+}
+
+fn write_totals(out: &mut String, processes: &[ProcessReport]) {
+    let sum = |f: fn(&ProcessReport) -> u64| processes.iter().map(f).sum::<u64>();
+    let _ = writeln!(
+        out,
+        "all processes: allocated {} in {} allocations, {} frees; not freed at exit {}",
+        bytes(sum(|p| p.totals.allocated_bytes)),
+        group(sum(|p| p.totals.allocations)),
+        group(sum(|p| p.totals.frees)),
+        bytes(sum(|p| p.not_freed_bytes))
+    );
+}
+
+fn flags(p: &ProcessReport) -> Vec<String> {
+    let mut flags = Vec::new();
+    if let Some(reason) = &p.degraded {
+        let why = match reason.as_str() {
+            "file_grow_failed" => "the profile file could not grow (disk full?)",
+            "address_map_full" => "out of memory for the address map",
+            "counter_overflow" => "a byte count overflowed (corrupt size or wild free)",
+            other => other,
+        };
+        flags.push(format!(
+            "DEGRADED: tracking stopped early ({why}); {} allocations untracked",
+            group(p.untracked_allocations)
+        ));
+    }
+    if p.own_malloc {
+        flags.push("own malloc: the program defines malloc, its calls are not seen".into());
+    }
+    if p.stacks_full {
+        flags.push("stack table full: later new stacks count as [unknown stack]".into());
+    }
+    if p.modules_full {
+        flags.push("module table full: some frames cannot be symbolized".into());
+    }
+    if p.forked {
+        flags.push("forked: started with its parent's heap".into());
+    }
+    flags
+}
+
+/// Whether a frame only passes the allocation through.
+fn is_allocator_frame(frame: &FrameReport) -> bool {
+    let Some(function) = frame.function.as_deref() else {
+        return false;
+    };
+    ALLOCATOR_FUNCTIONS.contains(&function)
+        || ALLOCATOR_PREFIXES.iter().any(|p| function.starts_with(p))
+}
+
+/// The innermost few frames that are not allocator plumbing, innermost first.
+pub fn chain(frames: &[FrameReport]) -> String {
+    let first_meaningful = frames
+        .iter()
+        .position(|f| !is_allocator_frame(f))
+        .unwrap_or(0);
+    let labels: Vec<String> = frames[first_meaningful..]
+        .iter()
+        .take(CHAIN_FRAMES)
+        .map(|f| shorten(&f.label()))
+        .collect();
+    if labels.is_empty() {
+        "(no frames)".to_owned()
+    } else {
+        labels.join(" <- ")
+    }
+}
+
+fn shorten(label: &str) -> String {
+    match label.char_indices().nth(MAX_LABEL) {
+        Some((cut, _)) => format!("{}…", &label[..cut]),
+        None => label.to_owned(),
+    }
+}
+
+/// `1.5 MiB (1,572,864 bytes)`, or `512 bytes` below one KiB.
+pub fn bytes(n: u64) -> String {
+    if n < 1024 {
+        format!("{n} bytes")
+    } else {
+        format!("{} ({} bytes)", human(n), group(n))
+    }
+}
+
+/// Binary units with one decimal: `512 B`, `1.5 KiB`, `110.0 MiB`.
+pub fn human(n: u64) -> String {
+    const UNITS: [&str; 6] = ["KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
+    if n < 1024 {
+        return format!("{n} B");
+    }
+    let mut value = n as f64 / 1024.0;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    format!("{value:.1} {}", UNITS[unit])
+}
+
+/// Thousands separated by commas: `1,572,864`.
+pub fn group(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+#[cfg(test)]
+#[path = "text_tests.rs"]
+mod tests;

@@ -1,0 +1,141 @@
+//! Tests of the summary text: exact layout, allocator frames skipped, units.
+
+use super::*;
+use crate::report::test_report::{function_frame, process_report, stack_report};
+use crate::Exit;
+
+fn style() -> Style {
+    Style {
+        top: 2,
+        colour: false,
+    }
+}
+
+#[test]
+fn summary_shows_exit_peak_top_stacks_totals_and_flags() {
+    let mut p = process_report(42, &["./peak", "3"]);
+    p.exit = Some(Exit::Code(0));
+    (p.peak_bytes, p.peak_blocks, p.peak_time_ms) = (4 << 20, 3, 12.34);
+    (p.not_freed_bytes, p.not_freed_blocks) = (100, 2);
+    p.totals.allocated_bytes = 5 << 20;
+    (p.totals.allocations, p.totals.frees) = (1000, 998);
+    p.own_malloc = true;
+    p.stacks = vec![
+        stack_report(1, &["malloc", "make_big", "main"], 3 << 20, 0, 3 << 20),
+        stack_report(
+            2,
+            &["operator new(unsigned long)", "make_small", "main"],
+            1 << 20,
+            100,
+            1 << 20,
+        ),
+        stack_report(3, &["third"], 0, 0, 100),
+    ];
+    let report = Report {
+        format_version: 1,
+        command: vec!["./peak".into(), "3".into()],
+        processes: vec![p],
+    };
+    let text = summary(
+        &report,
+        &style(),
+        &["memwarden: report written to /out".into()],
+    );
+    let expected = "\
+memwarden: ./peak 3 (1 process)
+pid 42: ./peak 3
+  exit         exit code 0
+  peak heap    4.0 MiB (4,194,304 bytes) in 3 blocks, at 12.3 ms
+  at the peak     3.0 MiB  75.0%  make_big <- main
+                  1.0 MiB  25.0%  make_small <- main
+  allocated    5.0 MiB (5,242,880 bytes) in 1,000 allocations, 998 frees
+  not freed    100 bytes in 2 blocks at exit
+  flags        own malloc: the program defines malloc, its calls are not seen
+memwarden: report written to /out
+";
+    assert_eq!(text, expected);
+}
+
+#[test]
+fn replaced_and_unknown_exits_and_many_processes() {
+    let mut processes = Vec::new();
+    for pid in 0..(MAX_PROCESSES_SHOWN as u32 + 2) {
+        let mut p = process_report(100 + pid, &["sh"]);
+        p.start_time_ms = pid as f64;
+        p.peak_bytes = 1000 + pid as u64;
+        processes.push(p);
+    }
+    processes[12].replaced_by_exec = true;
+    processes[12].exit = Some(Exit::Signal(9));
+    let report = Report {
+        format_version: 1,
+        command: vec!["sh".into()],
+        processes,
+    };
+    let text = summary(&report, &style(), &[]);
+    // The two smallest peaks (pids 100 and 101) are summed up, the rest shown in order.
+    assert!(!text.contains("pid 100:") && !text.contains("pid 101:"));
+    assert!(text.contains("pid 102: sh\n  exit         unknown"));
+    assert!(text.contains(
+        "pid 112: sh\n  exit         replaced by exec (final image: killed by signal 9 (SIGKILL))"
+    ));
+    assert!(text.contains("… 2 more processes with smaller peaks (see report.json)\n"));
+    assert!(text.ends_with(
+        "all processes: allocated 0 bytes in 0 allocations, 0 frees; not freed at exit 0 bytes\n"
+    ));
+    let first = text.find("pid 102:").unwrap();
+    assert!(first < text.find("pid 113:").unwrap());
+}
+
+#[test]
+fn colour_only_when_asked() {
+    let report = Report {
+        format_version: 1,
+        command: vec![],
+        processes: vec![process_report(1, &["x"])],
+    };
+    let plain = summary(&report, &style(), &[]);
+    let bold = summary(
+        &report,
+        &Style {
+            top: 1,
+            colour: true,
+        },
+        &[],
+    );
+    assert!(!plain.contains('\x1b'));
+    assert!(bold.contains("\x1b[1mpid 1: x\x1b[0m"));
+}
+
+#[test]
+fn chains_skip_allocator_plumbing_but_never_show_nothing() {
+    let frames = |names: &[&str]| names.iter().map(|n| function_frame(n)).collect::<Vec<_>>();
+    assert_eq!(
+        chain(&frames(&[
+            "__rust_alloc",
+            "alloc::raw_vec::finish_grow",
+            "app::load",
+            "app::main",
+            "main",
+            "start"
+        ])),
+        "app::load <- app::main <- main"
+    );
+    assert_eq!(chain(&frames(&["malloc"])), "malloc");
+    assert_eq!(chain(&[]), "(no frames)");
+}
+
+#[test]
+fn units_and_grouping() {
+    assert_eq!(human(0), "0 B");
+    assert_eq!(human(1023), "1023 B");
+    assert_eq!(human(1536), "1.5 KiB");
+    assert_eq!(human(110 << 20), "110.0 MiB");
+    assert_eq!(human(u64::MAX), "16.0 EiB");
+    assert_eq!(group(0), "0");
+    assert_eq!(group(999), "999");
+    assert_eq!(group(1000), "1,000");
+    assert_eq!(group(1_234_567), "1,234,567");
+    assert_eq!(bytes(1023), "1023 bytes");
+    assert_eq!(bytes(2048), "2.0 KiB (2,048 bytes)");
+}

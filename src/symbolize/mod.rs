@@ -1,0 +1,129 @@
+//! Symbolization, between analysis and report: turns a recorded return address into
+//! source-level frames (function, file, line, module), inlined frames expanded.
+//!
+//! Frames are return addresses, so `address - 1` is looked up: it lies inside the call
+//! instruction, in the right function and on the right line. Debug information is loaded
+//! once per module file and each (module, address) is resolved once, across processes.
+
+mod debug_file;
+mod module;
+mod symbol_table;
+
+use std::collections::HashMap;
+use std::rc::Rc;
+
+use module::{Location, ModuleSymbols};
+
+use crate::profile::{Module, Profile};
+
+/// One frame of a symbolized stack.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Frame {
+    /// Demangled function name, if known.
+    pub function: Option<String>,
+    /// Source file, if the module has DWARF for the address.
+    pub file: Option<String>,
+    /// Source line.
+    pub line: Option<u32>,
+    /// Path of the module (`[vdso]` for the vDSO); `None` if no module holds the address.
+    pub module: Option<String>,
+    /// The return address as recorded.
+    pub address: u64,
+    /// An inlined call: this frame and the next share one machine frame.
+    pub inlined: bool,
+}
+
+/// A module file and its identity: the same path with another build id is another file.
+type ModuleKey = (String, Vec<u8>);
+
+/// Resolves addresses, caching debug information per module and results per address.
+#[derive(Default)]
+pub struct Symbolizer {
+    index: HashMap<ModuleKey, usize>,
+    modules: Vec<Option<ModuleSymbols>>,
+    cache: HashMap<(usize, u64), Rc<[Location]>>,
+    warnings: Vec<String>,
+}
+
+impl Symbolizer {
+    /// A symbolizer with nothing loaded.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The frames for one recorded return `address` of `profile`, innermost first; one
+    /// frame per inline level, at least one.
+    pub fn frames(&mut self, profile: &Profile, address: u64) -> Vec<Frame> {
+        let call = address.saturating_sub(1);
+        let unknown = |module: Option<String>| {
+            vec![Frame {
+                function: None,
+                file: None,
+                line: None,
+                module,
+                address,
+                inlined: false,
+            }]
+        };
+        let Some(module) = profile.module_at(call) else {
+            return unknown(None);
+        };
+        if module.is_vdso() {
+            return unknown(module.report_name());
+        }
+        let name = module.report_name();
+        let index = self.module_index(module);
+        let probe = call.wrapping_sub(module.base);
+        let Some(symbols) = &self.modules[index] else {
+            return unknown(name);
+        };
+        let locations = self
+            .cache
+            .entry((index, probe))
+            .or_insert_with(|| symbols.locate(probe).into());
+        locations
+            .iter()
+            .map(|l| Frame {
+                function: l.function.clone(),
+                file: l.file.clone(),
+                line: l.line,
+                module: name.clone(),
+                address,
+                inlined: l.inlined,
+            })
+            .collect()
+    }
+
+    /// One line per module whose symbols could not be loaded, saying why.
+    pub fn warnings(&self) -> &[String] {
+        &self.warnings
+    }
+
+    fn module_index(&mut self, module: &Module) -> usize {
+        let key = (module.path.clone(), module.build_id.clone());
+        if let Some(&index) = self.index.get(&key) {
+            return index;
+        }
+        let symbols = match ModuleSymbols::open(module) {
+            Ok(symbols) => Some(symbols),
+            Err(reason) => {
+                let shown = if module.path.is_empty() {
+                    "a module"
+                } else {
+                    &module.path
+                };
+                self.warnings
+                    .push(format!("no symbols for {shown}: {reason}"));
+                None
+            }
+        };
+        let index = self.modules.len();
+        self.modules.push(symbols);
+        self.index.insert(key, index);
+        index
+    }
+}
+
+#[cfg(test)]
+#[path = "tests.rs"]
+mod tests;

@@ -1,0 +1,257 @@
+//! Tests of symbolization against real ELF files: the test binary itself, and small
+//! shared libraries compiled here with `cc` (DWARF, inlining, stripped, debuglink).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use memwarden_abi::MODULE_VDSO;
+use object::{Object, ObjectSymbol};
+
+use super::*;
+use crate::profile::synthetic::ProfileBuilder;
+
+const LIBRARY_SOURCE: &str = r#"
+static inline __attribute__((always_inline)) int inner(int x) { return x * 3 + 1; }
+volatile int sink;
+__attribute__((noinline)) int outer(int x) { sink = inner(x); return sink + 2; }
+"#;
+
+fn profile_with(modules: Vec<Module>) -> Profile {
+    let mut profile = ProfileBuilder::new(1).build_profile();
+    profile.modules = modules;
+    profile
+}
+
+fn module(path: &Path, base: u64, start: u64, end: u64, flags: u32) -> Module {
+    Module {
+        path: path.to_string_lossy().into_owned(),
+        base,
+        start,
+        end,
+        loaded_ns: 0,
+        flags,
+        build_id: Vec::new(),
+    }
+}
+
+/// Compiles [`LIBRARY_SOURCE`] into `dir/libmwtest.so` with `-O2 -g`.
+fn compile_library(dir: &Path) -> PathBuf {
+    let source = dir.join("mwtest.c");
+    std::fs::write(&source, LIBRARY_SOURCE).unwrap();
+    let library = dir.join("libmwtest.so");
+    let status = Command::new("cc")
+        .args(["-O2", "-g", "-shared", "-fPIC", "-o"])
+        .arg(&library)
+        .arg(&source)
+        .status()
+        .expect("these tests need a C compiler as `cc`");
+    assert!(status.success(), "cc failed");
+    library
+}
+
+fn run(tool: &str, args: &[&std::ffi::OsStr]) {
+    let status = Command::new(tool).args(args).status().unwrap();
+    assert!(status.success(), "{tool} failed");
+}
+
+/// Address range of symbol `name` in the ELF file at `path`.
+fn symbol_range(path: &Path, name: &str) -> (u64, u64) {
+    let data = std::fs::read(path).unwrap();
+    let file = object::File::parse(&*data).unwrap();
+    let symbol = file
+        .symbols()
+        .chain(file.dynamic_symbols())
+        .find(|s| s.name() == Ok(name))
+        .unwrap();
+    (symbol.address(), symbol.address() + symbol.size())
+}
+
+/// Symbolizes every address of `outer` in a library mapped with bias 0; returns the
+/// frames of the first address inside the inlined `inner`, or of the first address.
+fn frames_in_outer(library: &Path, symbols_from: &Path) -> Vec<Frame> {
+    let (start, end) = symbol_range(symbols_from, "outer");
+    let profile = profile_with(vec![module(library, 0, 0, 1 << 40, 0)]);
+    let mut symbolizer = Symbolizer::new();
+    let all: Vec<Vec<Frame>> = (start..end)
+        .map(|address| symbolizer.frames(&profile, address + 1))
+        .collect();
+    assert!(
+        symbolizer.warnings().is_empty(),
+        "{:?}",
+        symbolizer.warnings()
+    );
+    all.iter()
+        .find(|frames| frames.len() > 1)
+        .unwrap_or(&all[0])
+        .clone()
+}
+
+#[test]
+fn an_address_outside_every_module_keeps_only_its_address() {
+    let profile = profile_with(vec![module(Path::new("/x.so"), 0, 0x1000, 0x2000, 0)]);
+    let frames = Symbolizer::new().frames(&profile, 0x2001);
+    assert_eq!(
+        frames,
+        [Frame {
+            function: None,
+            file: None,
+            line: None,
+            module: None,
+            address: 0x2001,
+            inlined: false
+        }]
+    );
+}
+
+#[test]
+fn a_return_address_just_past_a_module_belongs_to_it() {
+    let profile = profile_with(vec![module(Path::new("/gone/x.so"), 0, 0x1000, 0x2000, 0)]);
+    let frames = Symbolizer::new().frames(&profile, 0x2000);
+    assert_eq!(frames[0].module.as_deref(), Some("/gone/x.so"));
+}
+
+#[test]
+fn vdso_frames_name_the_module_only() {
+    let profile = profile_with(vec![module(
+        Path::new("linux-vdso.so.1"),
+        0,
+        0x1000,
+        0x2000,
+        MODULE_VDSO,
+    )]);
+    let frames = Symbolizer::new().frames(&profile, 0x1800);
+    assert_eq!(
+        (frames[0].function.as_deref(), frames[0].module.as_deref()),
+        (None, Some("[vdso]"))
+    );
+}
+
+#[test]
+fn a_missing_module_file_keeps_its_name_and_warns_once() {
+    let profile = profile_with(vec![module(
+        Path::new("/nonexistent/libgone.so"),
+        0,
+        0x1000,
+        0x9000,
+        0,
+    )]);
+    let mut symbolizer = Symbolizer::new();
+    let a = symbolizer.frames(&profile, 0x1800);
+    let b = symbolizer.frames(&profile, 0x1900);
+    assert_eq!(a[0].module.as_deref(), Some("/nonexistent/libgone.so"));
+    assert_eq!((a[0].function.as_deref(), b[0].address), (None, 0x1900));
+    assert_eq!(symbolizer.warnings().len(), 1);
+    assert!(symbolizer.warnings()[0].starts_with("no symbols for /nonexistent/libgone.so: "));
+}
+
+#[test]
+fn a_module_whose_build_id_changed_is_not_symbolized() {
+    let exe = std::env::current_exe().unwrap();
+    let mut stale = module(&exe, 0, 0, 1 << 40, 0);
+    stale.build_id = vec![0xde, 0xad];
+    let mut symbolizer = Symbolizer::new();
+    let frames = symbolizer.frames(&profile_with(vec![stale]), 0x2000);
+    assert_eq!(frames[0].function, None);
+    assert!(
+        symbolizer.warnings()[0].contains("build id differs"),
+        "{:?}",
+        symbolizer.warnings()
+    );
+}
+
+#[test]
+fn dwarf_gives_function_file_line_and_inlined_frames() {
+    let dir = tempfile::tempdir().unwrap();
+    let library = compile_library(dir.path());
+    let frames = frames_in_outer(&library, &library);
+    let summary: Vec<_> = frames
+        .iter()
+        .map(|f| (f.function.as_deref(), f.inlined, f.module.as_deref()))
+        .collect();
+    assert_eq!(
+        summary,
+        [
+            (Some("inner"), true, library.to_str()),
+            (Some("outer"), false, library.to_str()),
+        ]
+    );
+    assert!(frames[0].file.as_deref().unwrap().ends_with("mwtest.c"));
+    assert_eq!(frames[0].line, Some(2));
+    assert_eq!(frames[1].line, Some(4));
+}
+
+#[test]
+fn without_dwarf_the_symbol_table_names_the_function() {
+    let dir = tempfile::tempdir().unwrap();
+    let library = compile_library(dir.path());
+    let original = dir.path().join("original.so");
+    std::fs::copy(&library, &original).unwrap();
+    run("strip", &["--strip-all".as_ref(), library.as_os_str()]);
+    let frames = frames_in_outer(&library, &original);
+    assert_eq!(frames.len(), 1);
+    assert_eq!(frames[0].function.as_deref(), Some("outer"));
+    assert_eq!((frames[0].file.as_deref(), frames[0].line), (None, None));
+}
+
+#[test]
+fn a_debuglink_beside_the_library_is_followed() {
+    let dir = tempfile::tempdir().unwrap();
+    let library = compile_library(dir.path());
+    let debug = dir.path().join("libmwtest.so.dbg");
+    run(
+        "objcopy",
+        &[
+            "--only-keep-debug".as_ref(),
+            library.as_os_str(),
+            debug.as_os_str(),
+        ],
+    );
+    run("strip", &["--strip-debug".as_ref(), library.as_os_str()]);
+    let link = format!("--add-gnu-debuglink={}", debug.display());
+    run("objcopy", &[link.as_ref(), library.as_os_str()]);
+    let frames = frames_in_outer(&library, &debug);
+    let functions: Vec<_> = frames.iter().map(|f| f.function.as_deref()).collect();
+    assert_eq!(functions, [Some("inner"), Some("outer")]);
+    assert!(frames[1].file.as_deref().unwrap().ends_with("mwtest.c"));
+}
+
+#[inline(never)]
+fn marker_for_symbolizer_test() -> u64 {
+    std::hint::black_box(7)
+}
+
+#[test]
+fn a_rust_function_of_this_process_is_found_and_demangled() {
+    let exe = std::env::current_exe().unwrap();
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+    let exe_text = exe.to_string_lossy();
+    // The lowest mapping of the executable holds its first segment (vaddr 0 in a PIE).
+    let start = maps
+        .lines()
+        .filter(|line| line.ends_with(&*exe_text))
+        .filter_map(|line| u64::from_str_radix(line.split('-').next()?, 16).ok())
+        .min()
+        .unwrap();
+    let data = std::fs::read(&exe).unwrap();
+    let file = object::File::parse(&*data).unwrap();
+    let first_vaddr = object::Object::segments(&file)
+        .map(|s| object::ObjectSegment::address(&s))
+        .min()
+        .unwrap();
+    let base = start - (first_vaddr & !0xfff);
+    let profile = profile_with(vec![module(&exe, base, start, u64::MAX, 0)]);
+    let address = marker_for_symbolizer_test as *const () as u64 + 1;
+    let frames = Symbolizer::new().frames(&profile, address);
+    let last = frames.last().unwrap();
+    let function = last.function.as_deref().unwrap();
+    assert!(
+        function.ends_with("::marker_for_symbolizer_test"),
+        "{function}"
+    );
+    assert!(last
+        .file
+        .as_deref()
+        .unwrap()
+        .ends_with("symbolize/tests.rs"));
+    assert_eq!(marker_for_symbolizer_test(), 7);
+}
