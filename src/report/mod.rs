@@ -105,7 +105,7 @@ pub fn generate(dir: &Path, options: &Options) -> Result<Generated, Error> {
 pub fn write_files(dir: &Path, report: &Report) -> Result<Vec<PathBuf>, Error> {
     let json_path = dir.join(REPORT_FILE);
     write_file(&json_path, |out| {
-        serde_json::to_writer_pretty(&mut *out, report)?;
+        serde_json::to_writer(&mut *out, report)?;
         out.write_all(b"\n")
     })?;
     let mut files = vec![json_path];
