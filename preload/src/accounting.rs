@@ -186,3 +186,84 @@ pub fn release(file: &ProfileFile, id: u32, size: u64) {
         (*record).frees += 1;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! The exact-peak algorithm against a brute-force model: random allocations and frees on
+    //! a few stacks, and at every step the model keeps a full copy of each stack's live
+    //! bytes whenever the total reaches a new high. The profile's figures at the peak, read
+    //! by the abi's rule, must equal the model's copy.
+    use super::*;
+    use crate::profile_file::{create_file, Identity, ProfileFile};
+    use memwarden_abi::{at_peak, peak_bytes, Layout};
+
+    const STACKS: u32 = 5;
+
+    fn scratch_profile(tag: &str) -> ProfileFile {
+        let dir =
+            std::env::temp_dir().join(format!("memwarden-accounting-{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let layout = Layout::new(16, 64, 4096).unwrap();
+        let identity = Identity::of_this_process(8);
+        let fd = create_file(dir.as_os_str().as_encoded_bytes(), &identity, &layout).unwrap();
+        let file = ProfileFile::map(fd, layout).unwrap();
+        file.write_header(&identity);
+        for id in 0..u64::from(STACKS) {
+            assert!(file.back(layout.stack_offset(id), 128));
+        }
+        // The mapping stays valid after the file's name is gone.
+        std::fs::remove_dir_all(&dir).unwrap();
+        file
+    }
+
+    fn next(state: &mut u64) -> u64 {
+        *state ^= *state << 13;
+        *state ^= *state >> 7;
+        *state ^= *state << 17;
+        *state
+    }
+
+    #[test]
+    fn figures_at_the_peak_match_a_brute_force_model() {
+        for seed in 1..=200u64 {
+            let file = scratch_profile(&format!("model{seed}"));
+            let mut rng = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+            let mut live_blocks: Vec<(u32, u64)> = Vec::new();
+            let mut per_stack = [0u64; STACKS as usize];
+            let (mut best_total, mut best_copy) = (0u64, per_stack);
+            for _ in 0..300 {
+                let free_one = !live_blocks.is_empty() && next(&mut rng) % 3 == 0;
+                if free_one {
+                    let index = (next(&mut rng) % live_blocks.len() as u64) as usize;
+                    let (stack, size) = live_blocks.swap_remove(index);
+                    release(&file, stack, size);
+                    per_stack[stack as usize] -= size;
+                } else {
+                    let stack = (next(&mut rng) % u64::from(STACKS)) as u32;
+                    let size = next(&mut rng) % 5000;
+                    assert!(allocate(&file, stack, size));
+                    live_blocks.push((stack, size));
+                    per_stack[stack as usize] += size;
+                }
+                let total: u64 = per_stack.iter().sum();
+                if total > best_total {
+                    best_total = total;
+                    best_copy = per_stack;
+                }
+            }
+            let word = file.heap().load(Ordering::Relaxed);
+            let (live, peak) = unpack(word);
+            assert_eq!(peak_bytes(live, peak), best_total, "seed {seed}");
+            for stack in 0..STACKS {
+                // SAFETY: the record is inside the scratch mapping.
+                let record = unsafe { &*file.stack(u64::from(stack)) };
+                assert_eq!(
+                    at_peak(record, live, peak).0,
+                    best_copy[stack as usize],
+                    "seed {seed} stack {stack}"
+                );
+                assert_eq!(record.live_bytes as u64, per_stack[stack as usize]);
+            }
+        }
+    }
+}
