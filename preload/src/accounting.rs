@@ -232,7 +232,7 @@ mod tests {
             let mut per_stack = [0u64; STACKS as usize];
             let (mut best_total, mut best_copy) = (0u64, per_stack);
             for _ in 0..300 {
-                let free_one = !live_blocks.is_empty() && next(&mut rng) % 3 == 0;
+                let free_one = !live_blocks.is_empty() && next(&mut rng).is_multiple_of(3);
                 if free_one {
                     let index = (next(&mut rng) % live_blocks.len() as u64) as usize;
                     let (stack, size) = live_blocks.swap_remove(index);
