@@ -21,8 +21,9 @@ usage:
   memwarden run [-o DIR] [--max-depth N] [--top N] [--] CMD [ARGS...]
   memwarden report [--top N] DIR
 
-memwarden run      runs CMD with libmemwarden.so preloaded, follows its children,
-                   then writes the report into DIR and prints a summary on stderr
+memwarden run      runs CMD with libmemwarden.so preloaded, follows every process it
+                   starts and waits for all of them (background ones included), then
+                   writes the report into DIR and prints a summary on stderr
   -o, --output DIR   output folder (default: ./memwarden-out); profiles of an
                      earlier run in DIR/raw/ are deleted first
   --max-depth N      deepest call stack recorded, 1-256 (default: 64)

@@ -147,9 +147,10 @@ fn write_process(out: &mut String, p: &ProcessReport, style: &Style) {
     );
     let _ = writeln!(
         out,
-        "  not freed    {} in {} blocks at exit",
+        "  not freed    {} in {} blocks at {}",
         bytes(p.not_freed_bytes),
-        group(p.not_freed_blocks)
+        group(p.not_freed_blocks),
+        if p.replaced_by_exec { "exec" } else { "exit" }
     );
     let flags = flags(p);
     if !flags.is_empty() {

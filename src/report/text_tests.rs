@@ -79,6 +79,7 @@ fn replaced_and_unknown_exits_and_many_processes() {
     assert!(text.contains(
         "pid 112: sh\n  exit         replaced by exec (final image: killed by signal 9 (SIGKILL))"
     ));
+    assert!(text.contains("(SIGKILL))\n  peak heap    1012 bytes in 0 blocks, at 0.0 ms\n  allocated    0 bytes in 0 allocations, 0 frees\n  not freed    0 bytes in 0 blocks at exec\n"));
     assert!(text.contains("… 2 more processes with smaller peaks (see report.json)\n"));
     assert!(text.ends_with(
         "all processes: allocated 0 bytes in 0 allocations, 0 frees; not freed at exit 0 bytes\n"
