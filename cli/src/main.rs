@@ -54,6 +54,19 @@ fn colour(terminal: bool) -> bool {
     terminal && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
 }
 
+/// A file-system error in a few words, for one-line messages.
+fn io_reason(error: &std::io::Error) -> String {
+    use std::io::ErrorKind;
+    match error.kind() {
+        ErrorKind::NotFound => "no such file".into(),
+        ErrorKind::PermissionDenied => "permission denied".into(),
+        ErrorKind::NotADirectory => "a file is in the way (not a folder)".into(),
+        ErrorKind::AlreadyExists => "exists and is not a folder".into(),
+        ErrorKind::ReadOnlyFilesystem => "read-only file system".into(),
+        _ => error.to_string(),
+    }
+}
+
 fn fail(message: &str, status: u8) -> ExitCode {
     let _ = writeln!(std::io::stderr(), "memwarden: error: {message}");
     ExitCode::from(status)

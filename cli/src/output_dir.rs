@@ -2,10 +2,11 @@
 //! with an empty `raw/` (profiles of an earlier run deleted).
 
 use std::fs;
-use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 
 use memwarden_abi::{PROFILE_EXTENSION, RAW_DIR};
+
+use crate::io_reason as reason;
 
 /// Creates `dir` and `dir/raw`, deletes stale `raw/*.mwp`, checks that both can be written;
 /// returns the absolute path of `dir`.
@@ -50,16 +51,6 @@ fn probe_writable(folder: &Path) -> Result<(), String> {
         .map_err(|e| format!("cannot write into {}: {}", folder.display(), reason(&e)))?;
     fs::remove_file(&probe)
         .map_err(|e| format!("cannot write into {}: {}", folder.display(), reason(&e)))
-}
-
-fn reason(error: &std::io::Error) -> String {
-    match error.kind() {
-        ErrorKind::PermissionDenied => "permission denied".into(),
-        ErrorKind::NotADirectory => "a file is in the way (not a folder)".into(),
-        ErrorKind::AlreadyExists => "exists and is not a folder".into(),
-        ErrorKind::ReadOnlyFilesystem => "read-only file system".into(),
-        _ => error.to_string(),
-    }
 }
 
 #[cfg(test)]

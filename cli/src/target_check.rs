@@ -14,6 +14,8 @@ use object::read::elf::{ElfFile, ElfFile32, ElfFile64, FileHeader, ProgramHeader
 use object::read::ReadCache;
 use object::{Endianness, FileKind};
 
+use crate::io_reason;
+
 /// Scripts whose interpreter is itself a script, followed at most this deep (as Linux).
 const MAX_INTERPRETER_DEPTH: usize = 4;
 
@@ -63,14 +65,6 @@ fn may_execute(path: &Path) -> bool {
     // SAFETY: `c_path` is a valid NUL-terminated string that outlives the call; `access`
     // only reads it.
     unsafe { libc::access(c_path.as_ptr(), libc::X_OK) == 0 }
-}
-
-fn io_reason(error: &std::io::Error) -> String {
-    match error.kind() {
-        std::io::ErrorKind::NotFound => "no such file".to_owned(),
-        std::io::ErrorKind::PermissionDenied => "permission denied".to_owned(),
-        _ => error.to_string(),
-    }
 }
 
 /// Refuses a program the preload cannot reach, in one line naming it and why.
