@@ -211,6 +211,7 @@ fn peak_held_until_exit_equals_the_live_figures() {
     assert_eq!(p.at_peak("hold_b"), b, "{}", p.describe());
     assert_eq!(p.at_peak_blocks("hold_b"), 10);
     assert_eq!(p.at_peak("transient"), 0, "{}", p.describe());
+    assert_eq!(p.allocated("transient"), 4 * MIB);
     assert_eq!(p.live("hold_a"), 8 * MIB + 9, "not freed at exit");
     assert_eq!(p.live("hold_b"), b);
     assert_eq!(p.live_blocks("hold_b"), 10);
