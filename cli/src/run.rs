@@ -77,8 +77,20 @@ pub fn run(args: &RunArgs, colour: bool) -> Result<i32, String> {
         .exits
         .get(&root)
         .map_or(UNKNOWN_STATUS, |exit| exit.shell_status());
+    compact_profiles(&out_dir);
     render_report(&out_dir, args.top, colour);
     Ok(status)
+}
+
+/// Every process is gone: shrink each profile file to its used size. A file that cannot be
+/// compacted is left as it is (the report step then says what is wrong with it).
+fn compact_profiles(out_dir: &Path) {
+    let Ok(paths) = memwarden::profile::profile_paths(out_dir) else {
+        return;
+    };
+    for path in paths {
+        let _ = memwarden::profile::compact_profile_file(&path);
+    }
 }
 
 /// Writes a line on stderr; a closed stderr is not worth dying for.

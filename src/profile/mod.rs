@@ -1,6 +1,7 @@
 //! The store, read back: one [`Profile`] per `*.mwp` file, i.e. per process image. The
 //! model keeps only what the records say, validated; the analysis draws conclusions.
 
+mod compact;
 mod dir;
 mod plain;
 mod reader;
@@ -13,6 +14,7 @@ use memwarden_abi::{flags, StackRecord, MODULE_MAIN, MODULE_VDSO};
 
 use crate::Exit;
 
+pub use compact::compact_profile_file;
 pub use dir::{load_dir, profile_paths, OutputDir};
 pub use reader::{read_profile, read_profile_file, ProfileError, Source};
 

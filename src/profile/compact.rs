@@ -1,0 +1,150 @@
+//! Store, after the run: rewrites a finished profile file densely. The preload reserves each
+//! file at full capacity (sparse, about 258 MiB apparent) so it can grow in place while the
+//! process runs; once every process is gone, the regions in use are copied into a file
+//! whose capacities equal its counts, so the output folder copies, archives and uploads at
+//! its real size. A compacted file is an ordinary profile: the layout in its header says
+//! where each region now is.
+
+use std::fs::{self, File};
+use std::io::Write;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+
+use memwarden_abi::{Header, Layout, HEADER_SIZE};
+
+use super::plain::read_plain;
+use super::reader::read_profile;
+use super::ProfileError;
+use crate::Error;
+
+/// Rewrites the profile at `path` densely if that makes it smaller. The file is first
+/// validated like any profile; it is replaced atomically (write aside, then rename).
+/// Returns whether it was rewritten.
+pub fn compact_profile_file(path: &Path) -> Result<bool, Error> {
+    let wrap = |source: ProfileError| Error::Profile {
+        path: path.to_owned(),
+        source,
+    };
+    let file = File::open(path).map_err(|e| wrap(e.into()))?;
+    read_profile(&file).map_err(wrap)?;
+    let mut header_bytes = vec![0u8; HEADER_SIZE as usize];
+    file.read_exact_at(&mut header_bytes, 0)
+        .map_err(|e| wrap(e.into()))?;
+    let header = read_plain::<Header>(&header_bytes, 0).ok_or(wrap(ProfileError::TooShort {
+        len: header_bytes.len() as u64,
+    }))?;
+    let old = header.layout;
+    let Some(dense) = Layout::new(
+        header.module_count,
+        header.stack_count,
+        header.frame_words_used,
+    ) else {
+        return Ok(false);
+    };
+    let length = file.metadata().map_err(|e| wrap(e.into()))?.len();
+    if dense.file_size >= length {
+        return Ok(false);
+    }
+    write_layout(&mut header_bytes, &dense);
+    let regions = [
+        (
+            old.modules_offset,
+            dense.modules_offset,
+            old.module_offset(header.module_count) - old.modules_offset,
+        ),
+        (
+            old.stacks_offset,
+            dense.stacks_offset,
+            old.stack_offset(header.stack_count) - old.stacks_offset,
+        ),
+        (
+            old.frames_offset,
+            dense.frames_offset,
+            old.frame_offset(header.frame_words_used) - old.frames_offset,
+        ),
+    ];
+    let mut image = vec![0u8; dense.file_size as usize];
+    image[..header_bytes.len()].copy_from_slice(&header_bytes);
+    for (from, to, len) in regions {
+        let to = to as usize;
+        file.read_exact_at(&mut image[to..to + len as usize], from)
+            .map_err(|e| wrap(e.into()))?;
+    }
+    let aside = path.with_extension("mwp.compacting");
+    let written = File::create(&aside)
+        .and_then(|mut out| out.write_all(&image).and_then(|()| out.sync_data()))
+        .and_then(|()| fs::rename(&aside, path));
+    if let Err(e) = written {
+        let _ = fs::remove_file(&aside);
+        return Err(wrap(e.into()));
+    }
+    Ok(true)
+}
+
+/// Writes `layout` into the header bytes, field by field at its `repr(C)` offsets.
+fn write_layout(header: &mut [u8], layout: &Layout) {
+    let at = std::mem::offset_of!(Header, layout);
+    let fields = [
+        (
+            std::mem::offset_of!(Layout, modules_offset),
+            layout.modules_offset,
+        ),
+        (
+            std::mem::offset_of!(Layout, module_capacity),
+            layout.module_capacity,
+        ),
+        (
+            std::mem::offset_of!(Layout, stacks_offset),
+            layout.stacks_offset,
+        ),
+        (
+            std::mem::offset_of!(Layout, stack_capacity),
+            layout.stack_capacity,
+        ),
+        (
+            std::mem::offset_of!(Layout, frames_offset),
+            layout.frames_offset,
+        ),
+        (
+            std::mem::offset_of!(Layout, frame_capacity),
+            layout.frame_capacity,
+        ),
+        (std::mem::offset_of!(Layout, file_size), layout.file_size),
+    ];
+    for (offset, value) in fields {
+        header[at + offset..at + offset + 8].copy_from_slice(&value.to_le_bytes());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::profile::read_profile_file;
+    use crate::profile::synthetic::{stack_record, ProfileBuilder};
+
+    #[test]
+    fn a_compacted_profile_reads_the_same_and_is_smaller() {
+        let mut record = stack_record();
+        record.live_bytes = 40;
+        record.live_blocks = 1;
+        record.allocated_bytes = 40;
+        record.allocations = 1;
+        let bytes = ProfileBuilder::new(4242)
+            .heap(40, 0)
+            .stack(&[0x1000, 0x2000, 0x3000], record)
+            .build();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("4242-1.mwp");
+        fs::write(&path, &bytes).unwrap();
+        let before = read_profile_file(&path).unwrap();
+        assert!(compact_profile_file(&path).unwrap());
+        let after = read_profile_file(&path).unwrap();
+        assert!(fs::metadata(&path).unwrap().len() < bytes.len() as u64);
+        assert_eq!(
+            format!("{:?}", after.stacks),
+            format!("{:?}", before.stacks)
+        );
+        assert_eq!(after.live_bytes, 40);
+        assert!(!compact_profile_file(&path).unwrap(), "already dense");
+    }
+}
