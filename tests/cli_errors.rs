@@ -20,6 +20,8 @@ fn unknown_options_and_subcommands_are_errors() {
         &["run", "-x", "--", prog.arg()],
         &["run", "--max-depth", "abc", "--", prog.arg()],
         &["run", "--top", "many", "--", prog.arg()],
+        &["run", "--max-depth", "0", "--", prog.arg()],
+        &["run", "--max-depth", "257", "--", prog.arg()],
         &["run", "--max-depth"],
         &["frobnicate"],
         &["--no-such-option"],

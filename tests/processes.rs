@@ -288,3 +288,107 @@ fn posix_spawn_and_vfork_children_are_profiled_and_the_parent_stays_exact() {
         assert_eq!(child.exit, Some(Exit::code(0)));
     }
 }
+
+/// GIVEN a target that starts a grandchild in the background (fork, fork, the middle
+/// process exits) and exits 0 at once. The grandchild blocks on a pipe until the target
+/// has exited (EOF), then allocates in orphan_alloc() and exits 7.
+const ORPHAN: &str = r#"
+#include <sys/wait.h>
+NOINLINE void orphan_alloc(void) { keep(malloc(4 * MiB + 3)); }
+int main(void) {
+    int fds[2];
+    if (pipe(fds) != 0) return 2;
+    pid_t middle = fork();
+    if (middle == 0) {
+        if (fork() == 0) {
+            char c;
+            close(fds[1]);
+            while (read(fds[0], &c, 1) > 0) {}
+            orphan_alloc();
+            _exit(7);
+        }
+        _exit(0);
+    }
+    close(fds[0]);
+    waitpid(middle, NULL, 0);
+    say("target exits, its grandchild still runs\n");
+    return 0;
+}
+"#;
+
+#[test]
+fn a_background_process_that_outlives_the_target_is_waited_for() {
+    let scratch = Scratch::new("orphan");
+    let prog = scratch.compile("orphan", ORPHAN);
+
+    let run = profile(&scratch, &[prog.arg()]);
+
+    assert_eq!(
+        run.outcome.code(),
+        0,
+        "the target's status, not the grandchild's"
+    );
+    let r = &run.report;
+    assert_eq!(r.processes.len(), 3, "{}", r.describe());
+    let orphan = r
+        .processes
+        .iter()
+        .find(|p| p.allocated("orphan_alloc") > 0)
+        .unwrap_or_else(|| panic!("no process allocated in orphan_alloc\n{}", r.describe()));
+    assert!(orphan.forked);
+    assert_eq!(orphan.exit, Some(Exit::code(7)), "{}", orphan.describe());
+    assert_eq!(
+        orphan.live("orphan_alloc"),
+        4 * MIB + 3,
+        "{}",
+        orphan.describe()
+    );
+    assert_eq!(
+        orphan.at_peak("orphan_alloc"),
+        4 * MIB + 3,
+        "{}",
+        orphan.describe()
+    );
+}
+
+#[test]
+fn a_command_found_on_path_and_a_shebang_script_are_profiled() {
+    let scratch = Scratch::new("path_and_script");
+    let target = scratch.compile("path_target", EXEC_TARGET);
+    let script = scratch.write(
+        "start.sh",
+        format!("#!/bin/sh\nexec {} from-script\n", target.arg()),
+    );
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("chmod");
+    let path = format!("{}:/usr/bin:/bin", scratch.path().display());
+    let env = [("PATH", path.as_str())];
+
+    let by_name = profile_with(
+        &scratch,
+        &[target.name(), "from-path"],
+        &RunOptions {
+            env: &env,
+            ..Default::default()
+        },
+    );
+    let by_script = profile(&scratch, &[script.to_str().expect("utf-8")]);
+
+    assert_success(&by_name.outcome, "memwarden run -- <name on PATH>");
+    let p = by_name.report.only_process();
+    assert_eq!(p.argv, [target.name(), "from-path"]);
+    assert_eq!(p.at_peak("after_exec"), MIB + 5, "{}", p.describe());
+    assert_success(&by_script.outcome, "memwarden run -- <shebang script>");
+    let r = &by_script.report;
+    let p = r
+        .processes
+        .iter()
+        .find(|p| p.argv == [target.arg(), "from-script"])
+        .unwrap_or_else(|| {
+            panic!(
+                "the script's exec'd program has a section\n{}",
+                r.describe()
+            )
+        });
+    assert_eq!(p.at_peak("after_exec"), MIB + 5, "{}", p.describe());
+}

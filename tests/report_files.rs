@@ -5,6 +5,7 @@ mod common;
 use common::*;
 use serde_json::Value;
 use std::fs;
+use std::path::Path;
 
 /// GIVEN a program with a known peak in peak_fn, a leak in leak_fn and a freed block in
 /// churn_fn.
@@ -217,4 +218,50 @@ fn summary_goes_to_stderr_and_top_is_accepted() {
     assert_success(&again, "memwarden report");
     let rewritten = Report::load(&run.dir.join("report.json")).expect("report.json after `report`");
     assert_eq!(rewritten.only_process().at_peak("peak_fn"), 7 * MIB + 7);
+}
+
+#[test]
+fn without_o_the_report_goes_to_memwarden_out_in_the_current_folder() {
+    let scratch = Scratch::new("report_default_dir");
+    let prog = scratch.compile("known", KNOWN);
+
+    let outcome = memwarden_cmd(&scratch, &["run", "--", prog.arg()]);
+
+    assert_success(&outcome, "memwarden run without -o");
+    let report = Report::load(&scratch.path().join("memwarden-out").join("report.json"))
+        .expect("./memwarden-out/report.json");
+    assert_eq!(report.only_process().at_peak("peak_fn"), 7 * MIB + 7);
+}
+
+/// A program with one allocation in a function named by its build.
+const OTHER: &str = r#"
+NOINLINE void other_fn(void) { keep(malloc(4242)); }
+int main(void) { other_fn(); return 0; }
+"#;
+
+#[test]
+fn a_second_run_into_the_same_folder_replaces_the_first() {
+    let scratch = Scratch::new("report_reuse_dir");
+    let first = scratch.compile("known", KNOWN);
+    let second = scratch.compile("other", OTHER);
+    let dir = scratch.path().join("shared-out");
+    let dir = dir.to_str().expect("utf-8");
+    assert_success(
+        &memwarden_cmd(&scratch, &["run", "-o", dir, "--", first.arg()]),
+        "first run",
+    );
+
+    let outcome = memwarden_cmd(&scratch, &["run", "-o", dir, "--", second.arg()]);
+
+    assert_success(&outcome, "second run into the same folder");
+    let report = Report::load(&Path::new(dir).join("report.json")).expect("report.json");
+    assert_eq!(report.command, [second.arg()]);
+    let p = report.only_process();
+    assert_eq!(
+        p.argv,
+        [second.arg()],
+        "nothing of the first run is left\n{}",
+        report.describe()
+    );
+    assert_eq!(p.live("other_fn"), 4242);
 }

@@ -175,3 +175,37 @@ fn forking_while_threads_churn_neither_hangs_nor_loses_a_child() {
         assert_eq!(child.live("child_work"), 0, "{}", child.describe());
     }
 }
+
+/// A program of `n` functions `f0`..`f{n-1}`, `f{i}` allocating `i + 1` bytes once and
+/// keeping them, all called from main through a table.
+fn many_functions(n: u64) -> String {
+    let mut c = String::new();
+    for i in 0..n {
+        let _ = writeln!(c, "NOINLINE void f{i}(void) {{ keep(malloc({})); }}", i + 1);
+    }
+    c.push_str("typedef void (*fn_t)(void);\nstatic fn_t const all[] = {");
+    for i in 0..n {
+        let _ = write!(c, "f{i},");
+    }
+    c.push_str("};\nint main(void) {\n    for (unsigned i = 0; i < sizeof all / sizeof all[0]; i++) all[i]();\n    return 0;\n}\n");
+    c
+}
+
+#[test]
+fn thousands_of_distinct_stacks_are_each_exact() {
+    let scratch = Scratch::new("stress_many_stacks");
+    let n = 3000;
+    let prog = scratch.compile("many_stacks", &many_functions(n));
+
+    let run = profile(&scratch, &[prog.arg()]);
+
+    assert_success(&run.outcome, "memwarden run");
+    let p = run.report.only_process();
+    for i in 0..n {
+        let f = format!("f{i}");
+        assert_eq!(p.live(&f), i + 1, "{f}");
+        assert_eq!(p.at_peak(&f), i + 1, "{f}");
+        assert_eq!(p.allocations(&f), 1, "{f}");
+    }
+    p.assert_peak_near(n * (n + 1) / 2);
+}

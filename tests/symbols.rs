@@ -152,3 +152,62 @@ fn max_depth_bounds_the_frames_kept() {
         p.describe()
     );
 }
+
+/// GIVEN C++ allocations with `new` in a static member function of a class in a namespace
+/// and in a function template.
+const CPP: &str = r#"
+#include <new>
+namespace shapes {
+struct Widget {
+    char data[1000];
+};
+class Factory {
+  public:
+    NOINLINE static Widget *build(unsigned long n) { return new Widget[n]; }
+};
+} // namespace shapes
+template <typename T> NOINLINE T *make_many(unsigned long n) { return new T[n]; }
+int main() {
+    keep(shapes::Factory::build(3));
+    keep(make_many<double>(1000));
+    say("built\n");
+    return 0;
+}
+"#;
+
+/// What binutils' c++filt makes of `symbol`.
+fn cxxfilt(symbol: &str) -> String {
+    let out = std::process::Command::new("c++filt")
+        .arg(symbol)
+        .output()
+        .expect("run c++filt (binutils)");
+    String::from_utf8(out.stdout)
+        .expect("utf-8")
+        .trim()
+        .to_owned()
+}
+
+#[test]
+fn cpp_new_is_counted_and_functions_are_demangled() {
+    let scratch = Scratch::new("symbols_cpp");
+    let prog = scratch.compile_cpp("cpp", CPP);
+
+    let run = profile(&scratch, &[prog.arg()]);
+
+    assert_success(&run.outcome, "memwarden run");
+    let p = run.report.only_process();
+    let build = cxxfilt("_ZN6shapes7Factory5buildEm");
+    let make_many = cxxfilt("_Z9make_manyIdEPT_m");
+    assert_eq!(
+        build, "shapes::Factory::build(unsigned long)",
+        "c++filt's own answer"
+    );
+    assert_eq!(
+        p.live(&build),
+        3000,
+        "operator new[] goes through malloc\n{}",
+        p.describe()
+    );
+    assert_eq!(p.allocations(&build), 1, "{}", p.describe());
+    assert_eq!(p.live(&make_many), 8000, "{make_many}\n{}", p.describe());
+}

@@ -44,7 +44,9 @@ const CFLAGS: &[&str] = &[
 ];
 
 /// Prepended to every C test program.
-const C_PRELUDE: &str = r#"#define _GNU_SOURCE
+const C_PRELUDE: &str = r#"#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -169,23 +171,39 @@ impl Scratch {
 
     /// Like [`Scratch::compile`], with extra gcc arguments (`-static`, `-shared -fPIC`, …).
     pub fn compile_with(&self, name: &str, body: &str, extra: &[&str]) -> Program {
+        self.build("gcc", "c", name, body, extra)
+    }
+
+    /// Compiles C++ `body` (after the common prelude) with g++ into `mwt_<name>`.
+    pub fn compile_cpp(&self, name: &str, body: &str) -> Program {
+        self.build("g++", "cpp", name, body, &[])
+    }
+
+    fn build(
+        &self,
+        driver: &str,
+        extension: &str,
+        name: &str,
+        body: &str,
+        extra: &[&str],
+    ) -> Program {
         let name = format!("{PROGRAM_PREFIX}{name}");
         let source = format!("{C_PRELUDE}{body}");
-        let c_file = self.write(&format!("{name}.c"), &source);
+        let source_file = self.write(&format!("{name}.{extension}"), &source);
         let path = self.path.join(&name);
-        let out = Command::new("gcc")
+        let out = Command::new(driver)
             .args(CFLAGS)
             .args(extra)
             .arg("-o")
             .arg(&path)
-            .arg(&c_file)
+            .arg(&source_file)
             .arg("-ldl")
             .output()
-            .expect("run gcc (is it installed? scripts/test.sh installs it)");
+            .unwrap_or_else(|e| panic!("cannot run {driver} ({e}); scripts/test.sh installs it"));
         assert!(
             out.status.success(),
-            "gcc failed on {}:\n{}",
-            c_file.display(),
+            "{driver} failed on {}:\n{}",
+            source_file.display(),
             String::from_utf8_lossy(&out.stderr)
         );
         Program { path, source }
