@@ -1,5 +1,7 @@
-//! Interposed calls: the exported malloc family. Each export is a thin line into one of
-//! three shared bodies — [`allocate`], [`reallocate`], [`release`] — which call glibc's own
+//! Interposed calls: the exported malloc family. Each allocating export is a naked entry
+//! stub that captures its caller's registers (so stacks start at the program's own frame,
+//! with nothing of memwarden's to unwind through), then a thin line into one of three
+//! shared bodies — [`allocate`], [`reallocate`], [`release`] — which call glibc's own
 //! `__libc_*` functions. A tracked block gets memwarden's header ([`block_header`]) in front
 //! of it; glibc's semantics hold because glibc does the work, and every argument check glibc
 //! makes before allocating (calloc and reallocarray overflow, posix_memalign's alignment) is
@@ -12,6 +14,7 @@ use crate::block_header::{self, Tracked, HEADER_SIZE, MAX_TRACKED_SIZE};
 use crate::lifecycle;
 use crate::real::{self, SavedErrno};
 use crate::thread_state::Guard;
+use crate::unwind::Caller;
 
 /// Which glibc function makes the underlying block.
 #[derive(Clone, Copy)]
@@ -77,7 +80,7 @@ fn tracked_layout(source: Source, size: usize) -> Option<(usize, Source, usize)>
 /// Every allocating entry point: a tracked, headed block while profiling; glibc's plain
 /// answer otherwise.
 #[inline(always)]
-fn allocate(source: Source, size: usize) -> *mut c_void {
+fn allocate(caller: Caller, source: Source, size: usize) -> *mut c_void {
     if let Some(recorder) = lifecycle::active() {
         if let Some(guard) = Guard::enter() {
             if let Some((offset, glibc, total)) = tracked_layout(source, size) {
@@ -86,7 +89,7 @@ fn allocate(source: Source, size: usize) -> *mut c_void {
                     return base;
                 }
                 let errno = SavedErrno::save();
-                let stack = recorder.charge_allocation(&guard, size as u64);
+                let stack = recorder.charge_allocation(&guard, caller, size as u64);
                 errno.restore();
                 // SAFETY: `base` has room for `offset + size` bytes; offset is a power of two
                 // ≥ 16; size and stack are within the header's limits.
@@ -128,13 +131,13 @@ fn release(block: *mut c_void) {
 
 /// `realloc` and `reallocarray`: the release of the old block and an allocation of the new
 /// size at the caller's stack, or nothing at all if glibc fails.
-fn reallocate(block: *mut c_void, size: usize) -> *mut c_void {
+fn reallocate(caller: Caller, block: *mut c_void, size: usize) -> *mut c_void {
     if block.is_null() {
-        return allocate(Source::Malloc, size);
+        return allocate(caller, Source::Malloc, size);
     }
     // SAFETY: non-null pointer from the malloc family (C contract of realloc).
     let Some(tracked) = (unsafe { block_header::read(block) }) else {
-        return reallocate_untracked(block, size);
+        return reallocate_untracked(caller, block, size);
     };
     if size == 0 {
         // glibc's realloc(p, 0) frees the block and returns NULL.
@@ -144,7 +147,7 @@ fn reallocate(block: *mut c_void, size: usize) -> *mut c_void {
         return core::ptr::null_mut();
     }
     if tracked.offset != HEADER_SIZE {
-        return move_block(block, &tracked, size);
+        return move_block(caller, block, &tracked, size);
     }
     let Some(total) = size
         .checked_add(HEADER_SIZE)
@@ -162,7 +165,7 @@ fn reallocate(block: *mut c_void, size: usize) -> *mut c_void {
     let stack = match lifecycle::active().zip(Guard::enter()) {
         Some((recorder, guard)) => {
             recorder.charge_release(&guard, tracked.stack, tracked.size);
-            recorder.charge_allocation(&guard, size as u64)
+            recorder.charge_allocation(&guard, caller, size as u64)
         }
         None => tracked.stack,
     };
@@ -172,7 +175,7 @@ fn reallocate(block: *mut c_void, size: usize) -> *mut c_void {
 }
 
 /// realloc of a block memwarden did not track: it becomes tracked if profiling is on.
-fn reallocate_untracked(block: *mut c_void, size: usize) -> *mut c_void {
+fn reallocate_untracked(caller: Caller, block: *mut c_void, size: usize) -> *mut c_void {
     let tracking = lifecycle::active().zip(Guard::enter());
     let total = size
         .checked_add(HEADER_SIZE)
@@ -196,7 +199,7 @@ fn reallocate_untracked(block: *mut c_void, size: usize) -> *mut c_void {
             size,
         )
     };
-    let stack = recorder.charge_allocation(&guard, size as u64);
+    let stack = recorder.charge_allocation(&guard, caller, size as u64);
     errno.restore();
     // SAFETY: `moved` holds HEADER_SIZE + size bytes.
     unsafe { block_header::write(moved, HEADER_SIZE, size as u64, stack) }
@@ -204,8 +207,8 @@ fn reallocate_untracked(block: *mut c_void, size: usize) -> *mut c_void {
 
 /// realloc of an aligned block: a new block, a copy, a free (glibc does not keep the
 /// alignment across realloc either).
-fn move_block(block: *mut c_void, tracked: &Tracked, size: usize) -> *mut c_void {
-    let fresh = allocate(Source::Malloc, size);
+fn move_block(caller: Caller, block: *mut c_void, tracked: &Tracked, size: usize) -> *mut c_void {
+    let fresh = allocate(caller, Source::Malloc, size);
     if fresh.is_null() {
         return fresh;
     }
@@ -224,32 +227,81 @@ pub fn valid_posix_alignment(alignment: usize) -> bool {
     alignment != 0 && alignment.is_multiple_of(word) && (alignment / word).is_power_of_two()
 }
 
-#[no_mangle]
-pub extern "C" fn malloc(size: usize) -> *mut c_void {
-    allocate(Source::Malloc, size)
+/// An allocating export: a naked entry stub that hands the entry stack pointer and frame
+/// pointer (the caller's registers, before anything touches them) to the function's body as
+/// two extra arguments, in the registers after its own.
+macro_rules! export_with_caller {
+    ($(#[$doc:meta])* $name:ident => $body:ident, entry_sp: $sp:literal, bp: $bp:literal) => {
+        $(#[$doc])*
+        #[unsafe(naked)]
+        #[no_mangle]
+        pub unsafe extern "C" fn $name() {
+            core::arch::naked_asm!(
+                concat!("mov ", $sp, ", rsp"),
+                concat!("mov ", $bp, ", rbp"),
+                "jmp {body}",
+                body = sym $body,
+            )
+        }
+    };
 }
 
-#[no_mangle]
-pub extern "C" fn calloc(count: usize, size: usize) -> *mut c_void {
+/// The caller, from what an entry stub passed.
+#[inline(always)]
+fn caller(entry_sp: u64, bp: u64) -> Caller {
+    // SAFETY: `entry_sp` is the stack pointer at an export's first instruction (the stubs
+    // above), so it points at the return address of the call.
+    unsafe { Caller::at_entry(entry_sp, bp) }
+}
+
+export_with_caller!(
+    /// # Safety
+    /// The C contract of `malloc`.
+    malloc => malloc_body, entry_sp: "rsi", bp: "rdx"
+);
+extern "C" fn malloc_body(size: usize, entry_sp: u64, bp: u64) -> *mut c_void {
+    allocate(caller(entry_sp, bp), Source::Malloc, size)
+}
+
+export_with_caller!(
+    /// # Safety
+    /// The C contract of `calloc`.
+    calloc => calloc_body, entry_sp: "rdx", bp: "rcx"
+);
+extern "C" fn calloc_body(count: usize, size: usize, entry_sp: u64, bp: u64) -> *mut c_void {
     let Some(total) = count.checked_mul(size) else {
         real::set_errno(libc::ENOMEM);
         return core::ptr::null_mut();
     };
-    allocate(Source::Calloc, total)
+    allocate(caller(entry_sp, bp), Source::Calloc, total)
 }
 
-#[no_mangle]
-pub extern "C" fn realloc(block: *mut c_void, size: usize) -> *mut c_void {
-    reallocate(block, size)
+export_with_caller!(
+    /// # Safety
+    /// The C contract of `realloc`.
+    realloc => realloc_body, entry_sp: "rdx", bp: "rcx"
+);
+extern "C" fn realloc_body(block: *mut c_void, size: usize, entry_sp: u64, bp: u64) -> *mut c_void {
+    reallocate(caller(entry_sp, bp), block, size)
 }
 
-#[no_mangle]
-pub extern "C" fn reallocarray(block: *mut c_void, count: usize, size: usize) -> *mut c_void {
+export_with_caller!(
+    /// # Safety
+    /// The C contract of `reallocarray`.
+    reallocarray => reallocarray_body, entry_sp: "rcx", bp: "r8"
+);
+extern "C" fn reallocarray_body(
+    block: *mut c_void,
+    count: usize,
+    size: usize,
+    entry_sp: u64,
+    bp: u64,
+) -> *mut c_void {
     let Some(total) = count.checked_mul(size) else {
         real::set_errno(libc::ENOMEM);
         return core::ptr::null_mut();
     };
-    reallocate(block, total)
+    reallocate(caller(entry_sp, bp), block, total)
 }
 
 #[no_mangle]
@@ -262,19 +314,25 @@ pub extern "C" fn free(block: *mut c_void) {
     errno.restore();
 }
 
+export_with_caller!(
+    /// # Safety
+    /// The C contract of `posix_memalign`: `out` is valid for a pointer-sized write.
+    posix_memalign => posix_memalign_body, entry_sp: "rcx", bp: "r8"
+);
 /// # Safety
 /// `out` must be valid for a pointer-sized write, as the C contract requires.
-#[no_mangle]
-pub unsafe extern "C" fn posix_memalign(
+unsafe extern "C" fn posix_memalign_body(
     out: *mut *mut c_void,
     alignment: usize,
     size: usize,
+    entry_sp: u64,
+    bp: u64,
 ) -> c_int {
     if !valid_posix_alignment(alignment) {
         return libc::EINVAL;
     }
     let errno = SavedErrno::save();
-    let block = allocate(Source::Aligned(alignment), size);
+    let block = allocate(caller(entry_sp, bp), Source::Aligned(alignment), size);
     errno.restore();
     if block.is_null() {
         return libc::ENOMEM;
@@ -284,25 +342,38 @@ pub unsafe extern "C" fn posix_memalign(
     0
 }
 
-#[no_mangle]
-pub extern "C" fn aligned_alloc(alignment: usize, size: usize) -> *mut c_void {
-    // glibc 2.36's aligned_alloc is memalign: same rounding of odd alignments.
-    allocate(Source::Aligned(alignment), size)
+export_with_caller!(
+    /// # Safety
+    /// The C contract of `aligned_alloc`.
+    aligned_alloc => memalign_body, entry_sp: "rdx", bp: "rcx"
+);
+export_with_caller!(
+    /// # Safety
+    /// The C contract of `memalign`.
+    memalign => memalign_body, entry_sp: "rdx", bp: "rcx"
+);
+/// `memalign`, and `aligned_alloc`, which is memalign in glibc 2.36 (same rounding of odd
+/// alignments).
+extern "C" fn memalign_body(alignment: usize, size: usize, entry_sp: u64, bp: u64) -> *mut c_void {
+    allocate(caller(entry_sp, bp), Source::Aligned(alignment), size)
 }
 
-#[no_mangle]
-pub extern "C" fn memalign(alignment: usize, size: usize) -> *mut c_void {
-    allocate(Source::Aligned(alignment), size)
+export_with_caller!(
+    /// # Safety
+    /// The C contract of `valloc`.
+    valloc => valloc_body, entry_sp: "rsi", bp: "rdx"
+);
+extern "C" fn valloc_body(size: usize, entry_sp: u64, bp: u64) -> *mut c_void {
+    allocate(caller(entry_sp, bp), Source::Valloc, size)
 }
 
-#[no_mangle]
-pub extern "C" fn valloc(size: usize) -> *mut c_void {
-    allocate(Source::Valloc, size)
-}
-
-#[no_mangle]
-pub extern "C" fn pvalloc(size: usize) -> *mut c_void {
-    allocate(Source::Pvalloc, size)
+export_with_caller!(
+    /// # Safety
+    /// The C contract of `pvalloc`.
+    pvalloc => pvalloc_body, entry_sp: "rsi", bp: "rdx"
+);
+extern "C" fn pvalloc_body(size: usize, entry_sp: u64, bp: u64) -> *mut c_void {
+    allocate(caller(entry_sp, bp), Source::Pvalloc, size)
 }
 
 #[no_mangle]

@@ -28,6 +28,7 @@ mod real;
 mod recorder;
 mod spin;
 mod stack_memo;
+mod stack_prefix;
 mod stack_table;
 mod thread_state;
 mod unwind;

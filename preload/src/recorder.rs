@@ -9,6 +9,7 @@ use crate::config::{Config, FRAME_CAPACITY, STACK_CAPACITY};
 use crate::profile_file::{self, clock_ns, Identity, ProfileFile};
 use crate::stack_table::StackTable;
 use crate::thread_state::Guard;
+use crate::unwind::Caller;
 use crate::{accounting, lifecycle, unwind};
 
 pub struct Recorder {
@@ -50,9 +51,9 @@ impl Recorder {
 
     /// Captures the caller's stack and charges it an allocation of `size` bytes; returns
     /// the stack's id, for the block's header.
-    pub fn charge_allocation(&self, guard: &Guard, size: u64) -> u32 {
+    pub fn charge_allocation(&self, guard: &Guard, caller: Caller, size: u64) -> u32 {
         let intern = |frames: &[u64]| self.stacks.intern(&self.file, frames);
-        let stack = unwind::caller_stack(guard, self.config.max_depth(), &intern);
+        let stack = unwind::caller_stack(guard, caller, self.config.max_depth(), &intern);
         if !accounting::allocate(&self.file, stack, size) {
             lifecycle::degrade(degraded_reason::COUNTER_OVERFLOW);
         }

@@ -48,6 +48,13 @@ impl Default for RecordedReads {
 }
 
 impl RecordedReads {
+    /// Reads an entry can hold.
+    pub const CAPACITY: usize = MEMO_READS;
+
+    pub fn overflowed(&self) -> bool {
+        self.overflowed
+    }
+
     pub fn push(&mut self, address: u64, value: Result<u64, ()>) {
         if self.len == MEMO_READS {
             self.overflowed = true;

@@ -11,16 +11,11 @@ const SLOT_BUSY: usize = 0;
 const SLOT_UNWIND_CACHE: usize = 1;
 const SLOT_STACK_TOP: usize = 2;
 
-#[inline(always)]
-fn slot(index: usize) -> *mut u64 {
-    // SAFETY: the C side returns this thread's array of MEMWARDEN_THREAD_SLOTS (4) words
-    // and every index used here is below 4.
-    unsafe { memwarden_thread_slots().add(index) }
-}
-
 /// Proof that the calling thread is inside a hook and not yet recording: recording
 /// functions take `&Guard`, so an unguarded (reentrant) path cannot call them.
 pub struct Guard {
+    /// This thread's slots, looked up once per hook.
+    slots: *mut u64,
     // Not Send: the guard belongs to the thread that took it.
     _thread_bound: PhantomData<*const ()>,
 }
@@ -30,27 +25,36 @@ impl Guard {
     /// allocations, or libc calls it makes, re-enter the hooks).
     #[inline(always)]
     pub fn enter() -> Option<Guard> {
-        let busy = slot(SLOT_BUSY);
-        // SAFETY: `busy` is this thread's own slot; no other thread touches it.
+        // SAFETY: the C side returns this thread's array of MEMWARDEN_THREAD_SLOTS (4) words.
+        let slots = unsafe { memwarden_thread_slots() };
+        // SAFETY: SLOT_BUSY is below 4; the slot is this thread's own.
         unsafe {
+            let busy = slots.add(SLOT_BUSY);
             if *busy != 0 {
                 return None;
             }
             *busy = 1;
         }
         Some(Guard {
+            slots,
             _thread_bound: PhantomData,
         })
     }
 
+    #[inline(always)]
+    fn slot(&self, index: usize) -> *mut u64 {
+        // SAFETY: every index used in this module is below MEMWARDEN_THREAD_SLOTS (4).
+        unsafe { self.slots.add(index) }
+    }
+
     /// The thread's unwind-cache slot (a pointer, 0 until the cache is made).
     pub fn unwind_cache_slot(&self) -> *mut u64 {
-        slot(SLOT_UNWIND_CACHE)
+        self.slot(SLOT_UNWIND_CACHE)
     }
 
     /// One past the highest address of this thread's stack, 0 if unknown.
     pub fn stack_top(&self) -> u64 {
-        let cached = slot(SLOT_STACK_TOP);
+        let cached = self.slot(SLOT_STACK_TOP);
         // SAFETY: this thread's own slot.
         let known = unsafe { *cached };
         if known != 0 {
@@ -67,7 +71,7 @@ impl Drop for Guard {
     #[inline(always)]
     fn drop(&mut self) {
         // SAFETY: this thread's own slot, set by `enter`.
-        unsafe { *slot(SLOT_BUSY) = 0 }
+        unsafe { *self.slot(SLOT_BUSY) = 0 }
     }
 }
 

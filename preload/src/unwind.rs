@@ -14,7 +14,8 @@ use core::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, Ordering};
 use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
 use framehop::{ExplicitModuleSectionInfo, FrameAddress, Module, Unwinder};
 
-use crate::stack_memo::{MemoKey, RecordedReads, StackMemo};
+use crate::stack_memo::{MemoKey, StackMemo};
+use crate::stack_prefix::{Level, Walk};
 
 use crate::modules::{self, LoadedModule};
 use crate::profile_file::ProfileFile;
@@ -134,10 +135,30 @@ fn framehop_module(module: &LoadedModule) -> Module<MappedBytes> {
     Module::new(name, module.start..module.end, module.base, info)
 }
 
-/// Per-thread unwinding state: framehop's rule cache and the stack memo.
+/// framehop's rule cache is direct-mapped with 509 slots (`address % 509`); a real program's
+/// stacks hold thousands of distinct return addresses, and a miss costs a CFI evaluation (a
+/// microsecond). Several caches, chosen by `address / 509`, act as one direct-mapped cache of
+/// `509 × RULE_CACHES` slots.
+const RULE_CACHES: usize = 8;
+const FRAMEHOP_SLOTS: u64 = 509;
+
+/// Per-thread unwinding state: the rule caches, the stack memo, and the previous walk with
+/// room for the next one.
 pub struct ThreadUnwinder {
-    rules: CacheX86_64,
+    rules: [CacheX86_64; RULE_CACHES],
     memo: Box<StackMemo>,
+    previous: Box<Walk>,
+    current: Box<Walk>,
+}
+
+/// Which rule cache serves frames at `address`.
+#[inline(always)]
+fn rule_cache_index(address: &FrameAddress) -> usize {
+    let lookup = match address {
+        FrameAddress::InstructionPointer(ip) => *ip,
+        FrameAddress::ReturnAddress(ra) => ra.get() - 1,
+    };
+    ((lookup / FRAMEHOP_SLOTS) % RULE_CACHES as u64) as usize
 }
 
 static THREAD_EXIT_KEY: AtomicU64 = AtomicU64::new(u64::MAX);
@@ -169,8 +190,10 @@ fn thread_unwinder(guard: &Guard) -> *mut ThreadUnwinder {
     unsafe {
         if *slot == 0 {
             let state = Box::into_raw(Box::new(ThreadUnwinder {
-                rules: CacheX86_64::new(),
+                rules: core::array::from_fn(|_| CacheX86_64::new()),
                 memo: StackMemo::boxed(),
+                previous: Walk::boxed(),
+                current: Walk::boxed(),
             }));
             *slot = state as u64;
             let key = THREAD_EXIT_KEY.load(Ordering::Acquire);
@@ -182,42 +205,83 @@ fn thread_unwinder(guard: &Guard) -> *mut ThreadUnwinder {
     }
 }
 
-/// The id of the caller's stack (innermost first, this library's frames left out, at most
-/// `depth` frames), as `intern` gives it for the frames found.
+/// Where the program's code called into the malloc family, captured by the export's entry
+/// stub before anything touched the stack: the return address, and the caller's stack and
+/// frame pointers as they are once that call returns.
+#[derive(Clone, Copy, Debug)]
+pub struct Caller {
+    pub return_address: u64,
+    pub sp: u64,
+    pub bp: u64,
+}
+
+impl Caller {
+    /// The caller of an export whose entry stack pointer was `entry_sp` and frame pointer
+    /// `bp`.
+    ///
+    /// # Safety
+    /// `entry_sp` is the stack pointer at the first instruction of an exported function, so
+    /// it points at the return address pushed by the call.
+    #[inline(always)]
+    pub unsafe fn at_entry(entry_sp: u64, bp: u64) -> Caller {
+        Caller {
+            // SAFETY: the caller guarantees the word is the call's return address.
+            return_address: unsafe { *(entry_sp as *const u64) },
+            sp: entry_sp + 8,
+            bp,
+        }
+    }
+}
+
+/// The id of the caller's stack (innermost first, starting at `caller`, at most `depth`
+/// frames), as `intern` gives it for the frames found.
 #[inline(never)]
-pub fn caller_stack(guard: &Guard, depth: usize, intern: &dyn Fn(&[u64]) -> u32) -> u32 {
+pub fn caller_stack(
+    guard: &Guard,
+    caller: Caller,
+    depth: usize,
+    intern: &dyn Fn(&[u64]) -> u32,
+) -> u32 {
     let Some(snapshot) = snapshot() else {
         return intern(&[]);
     };
     let depth = depth.min(memwarden_abi::MAX_DEPTH_LIMIT as usize);
-    match walk(guard, snapshot, depth, intern) {
-        Walk::Known(stack) => stack,
-        Walk::SawUnknownModule => {
+    match walk(guard, caller, snapshot, depth, intern) {
+        Outcome::Known(stack) => stack,
+        Outcome::SawUnknownModule => {
             if modules::loader_generation() != snapshot.loader_generation {
                 rebuild(guard, crate::lifecycle::recorder().map(|r| &r.file));
             }
             let fresh = self::snapshot().unwrap_or(snapshot);
-            match walk(guard, fresh, depth, intern) {
-                Walk::Known(stack) => stack,
+            match walk(guard, caller, fresh, depth, intern) {
+                Outcome::Known(stack) => stack,
                 // Code outside every module (JIT code, say): keep what was found, unmemoized.
-                Walk::SawUnknownModule => walk_frames(guard, fresh, depth, intern, false),
+                Outcome::SawUnknownModule => {
+                    walk_frames(guard, caller, fresh, depth, intern, false)
+                }
             }
         }
     }
 }
 
-enum Walk {
+enum Outcome {
     Known(u32),
     /// A frame lies in no known module (loaded since the snapshot?).
     SawUnknownModule,
 }
 
-fn walk(guard: &Guard, snapshot: &Snapshot, depth: usize, intern: &dyn Fn(&[u64]) -> u32) -> Walk {
-    let stack = walk_frames(guard, snapshot, depth, intern, true);
+fn walk(
+    guard: &Guard,
+    caller: Caller,
+    snapshot: &Snapshot,
+    depth: usize,
+    intern: &dyn Fn(&[u64]) -> u32,
+) -> Outcome {
+    let stack = walk_frames(guard, caller, snapshot, depth, intern, true);
     if stack == UNKNOWN_MODULE {
-        Walk::SawUnknownModule
+        Outcome::SawUnknownModule
     } else {
-        Walk::Known(stack)
+        Outcome::Known(stack)
     }
 }
 
@@ -225,39 +289,20 @@ fn walk(guard: &Guard, snapshot: &Snapshot, depth: usize, intern: &dyn Fn(&[u64]
 /// module and `strict` was asked. Never a real id: ids are below 2^24.
 const UNKNOWN_MODULE: u32 = u32::MAX;
 
-/// The registers of the calling function, at the point of the call.
-macro_rules! current_registers {
-    () => {{
-        let (ip, sp, bp): (u64, u64, u64);
-        // SAFETY: reads three registers; touches no memory and no flags.
-        unsafe {
-            core::arch::asm!(
-                "lea {ip}, [rip]",
-                "mov {sp}, rsp",
-                "mov {bp}, rbp",
-                ip = out(reg) ip,
-                sp = out(reg) sp,
-                bp = out(reg) bp,
-                options(nomem, nostack, preserves_flags),
-            );
-        }
-        (ip, sp, bp)
-    }};
-}
-
 #[inline(never)]
 fn walk_frames(
     guard: &Guard,
+    caller: Caller,
     snapshot: &Snapshot,
     depth: usize,
     intern: &dyn Fn(&[u64]) -> u32,
     strict: bool,
 ) -> u32 {
-    let (ip, sp, bp) = current_registers!();
     let top = guard.stack_top();
+    let low = caller.sp;
     let read_stack = |address: u64| {
-        if address >= sp && address.saturating_add(8) <= top && address.is_multiple_of(8) {
-            // SAFETY: the word lies between the current stack pointer and the top of this
+        if address >= low && address.saturating_add(8) <= top && address.is_multiple_of(8) {
+            // SAFETY: the word lies between the caller's stack pointer and the top of this
             // thread's stack, which is mapped and readable.
             Ok(unsafe { *(address as *const u64) })
         } else {
@@ -267,17 +312,10 @@ fn walk_frames(
     // SAFETY: this thread's state; the guard proves no other frame of this thread uses it
     // (hooks do not nest).
     let state = unsafe { &mut *thread_unwinder(guard) };
-    let mut regs = UnwindRegsX86_64::new(ip, sp, bp);
-    let mut address = FrameAddress::from_instruction_pointer(ip);
-    let (own_start, own_end) = snapshot.own;
-    // This library's own frames: unwound through, not kept.
-    while (own_start..own_end).contains(&address.address()) {
-        let mut read = read_stack;
-        match step(snapshot, address, &mut regs, &mut state.rules, &mut read) {
-            Some(next) => address = next,
-            None => return intern(&[]),
-        }
-    }
+    let regs = UnwindRegsX86_64::new(caller.return_address, caller.sp, caller.bp);
+    let Some(address) = FrameAddress::from_return_address(caller.return_address) else {
+        return intern(&[]);
+    };
     let key = MemoKey {
         snapshot: snapshot as *const Snapshot as u64,
         ip: address.address(),
@@ -300,7 +338,9 @@ fn walk_frames(
     )
 }
 
-/// The memo missed: unwind every frame, recording the stack words read, and remember them.
+/// The memo missed: walk the stack, recording the stack words read, until the end or until
+/// a level where the thread's previous stack can be resumed ([`stack_prefix`]); then intern
+/// it and remember it.
 #[allow(clippy::too_many_arguments)]
 #[inline(never)]
 fn unwind_fully(
@@ -314,29 +354,52 @@ fn unwind_fully(
     key: MemoKey,
     strict: bool,
 ) -> u32 {
-    let mut reads = RecordedReads::default();
-    let mut recording_read = |address: u64| {
-        let value = read_stack(address);
-        reads.push(address, value);
-        value
-    };
-    let mut frames = [0u64; memwarden_abi::MAX_DEPTH_LIMIT as usize];
-    let mut count = 0;
+    let snapshot_id = snapshot as *const Snapshot as u64;
+    let ThreadUnwinder {
+        rules,
+        memo,
+        previous,
+        current,
+    } = state;
+    current.clear(snapshot_id);
     let mut saw_unknown = false;
-    while count < depth {
-        frames[count] = address.address();
-        count += 1;
-        saw_unknown |= !snapshot.knows(address.address());
-        if count == depth {
+    let mut cursor = 0;
+    loop {
+        let level = Level {
+            ip: address.address(),
+            sp: regs.sp(),
+            bp: regs.bp(),
+        };
+        let resumed = previous.resume_point(
+            &mut cursor,
+            snapshot_id,
+            &level,
+            current.len(),
+            depth,
+            &read_stack,
+        );
+        if let Some(at) = resumed {
+            if at == 0 && current.len() == 0 {
+                // The very same stack as last time.
+                return previous.stack();
+            }
+            current.push_level(level);
+            current.splice_from(previous, at, depth);
             break;
         }
-        match step(
-            snapshot,
-            address,
-            &mut regs,
-            &mut state.rules,
-            &mut recording_read,
-        ) {
+        current.push_level(level);
+        saw_unknown |= !snapshot.knows(level.ip);
+        if current.len() >= depth {
+            current.set_truncated();
+            break;
+        }
+        let cache = &mut rules[rule_cache_index(&address)];
+        let mut recording_read = |word: u64| {
+            let value = read_stack(word);
+            current.record_read(word, value);
+            value
+        };
+        match step(snapshot, address, &mut regs, cache, &mut recording_read) {
             Some(next) => address = next,
             None => break,
         }
@@ -344,9 +407,13 @@ fn unwind_fully(
     if saw_unknown && strict {
         return UNKNOWN_MODULE;
     }
-    let stack = intern(&frames[..count]);
+    let stack = intern(current.frames());
+    current.set_stack(stack);
     if !saw_unknown {
-        state.memo.store(key, &reads, stack);
+        if let Some(reads) = current.memo_reads() {
+            memo.store(key, &reads, stack);
+        }
+        core::mem::swap(previous, current);
     }
     stack
 }
