@@ -7,8 +7,9 @@
 //! same frames, so the id is reused with no unwinding, hashing or table lookup. Any change —
 //! another caller, another return address, another module snapshot — is a miss.
 
-/// Entries per thread (direct-mapped).
-const MEMO_ENTRIES: usize = 32;
+/// Sets per thread; each holds two entries (two-way set-associative, so two hot call sites
+/// that hash alike do not evict each other).
+const MEMO_SETS: usize = 32;
 /// Stack words an entry can remember; deeper walks are simply not memoized.
 const MEMO_READS: usize = 32;
 
@@ -21,12 +22,12 @@ pub struct MemoKey {
     pub bp: u64,
 }
 
-/// One stack read made by the unwinder: where, and what it got (or that it was refused).
+/// One stack read made by the unwinder: where, and what it got. Walks with a refused read
+/// are not memoized (they are rare: the end of a stack is a rule, not a failed read).
 #[derive(Clone, Copy, Default)]
 struct Read {
     address: u64,
     value: u64,
-    ok: bool,
 }
 
 /// The reads of one full unwinding, in order.
@@ -60,11 +61,11 @@ impl RecordedReads {
             self.overflowed = true;
             return;
         }
-        self.reads[self.len] = Read {
-            address,
-            value: value.unwrap_or(0),
-            ok: value.is_ok(),
+        let Ok(value) = value else {
+            self.overflowed = true;
+            return;
         };
+        self.reads[self.len] = Read { address, value };
         self.len += 1;
     }
 }
@@ -77,14 +78,21 @@ struct Entry {
     reads: RecordedReads,
 }
 
-pub struct StackMemo {
-    entries: [Entry; MEMO_ENTRIES],
+#[derive(Clone, Copy)]
+struct Set {
+    ways: [Entry; 2],
+    /// The way used last; a store replaces the other.
+    recent: usize,
 }
 
-fn index(key: &MemoKey) -> usize {
+pub struct StackMemo {
+    sets: [Set; MEMO_SETS],
+}
+
+fn set_index(key: &MemoKey) -> usize {
     let mixed = (key.ip ^ key.sp.rotate_left(29) ^ key.bp.rotate_left(47))
         .wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    (mixed >> (64 - MEMO_ENTRIES.trailing_zeros())) as usize
+    (mixed >> (64 - MEMO_SETS.trailing_zeros())) as usize
 }
 
 impl StackMemo {
@@ -99,18 +107,21 @@ impl StackMemo {
 
     /// The stack id remembered for `key`, if every stack word it depended on is unchanged.
     #[inline]
-    pub fn lookup(&self, key: &MemoKey, read: &impl Fn(u64) -> Result<u64, ()>) -> Option<u32> {
-        let entry = &self.entries[index(key)];
-        if !entry.used || entry.key != *key {
+    pub fn lookup(&mut self, key: &MemoKey, read: &impl Fn(u64) -> Result<u64, ()>) -> Option<u32> {
+        let set = &mut self.sets[set_index(key)];
+        let way = set
+            .ways
+            .iter()
+            .position(|entry| entry.used && entry.key == *key)?;
+        let entry = &set.ways[way];
+        let unchanged = entry.reads.reads[..entry.reads.len]
+            .iter()
+            .all(|recorded| read(recorded.address) == Ok(recorded.value));
+        if !unchanged {
             return None;
         }
-        let unchanged = entry.reads.reads[..entry.reads.len].iter().all(|recorded| {
-            match read(recorded.address) {
-                Ok(value) => recorded.ok && value == recorded.value,
-                Err(()) => !recorded.ok,
-            }
-        });
-        unchanged.then_some(entry.stack)
+        set.recent = way;
+        Some(entry.stack)
     }
 
     /// Remembers the result of a full unwinding (unless it read too many words to keep).
@@ -118,12 +129,19 @@ impl StackMemo {
         if reads.overflowed {
             return;
         }
-        self.entries[index(&key)] = Entry {
+        let set = &mut self.sets[set_index(&key)];
+        let way = set
+            .ways
+            .iter()
+            .position(|entry| entry.used && entry.key == key)
+            .unwrap_or(1 - set.recent);
+        set.ways[way] = Entry {
             key,
             stack,
             used: true,
             reads: *reads,
         };
+        set.recent = way;
     }
 }
 
@@ -145,31 +163,54 @@ mod tests {
         let mut memo = StackMemo::boxed();
         let mut reads = RecordedReads::default();
         reads.push(0x7ff0_0008, Ok(0x401234));
-        reads.push(0x7ff0_0100, Err(()));
+        reads.push(0x7ff0_0100, Ok(0x55));
         memo.store(key(), &reads, 7);
         let same = |address: u64| {
-            if address == 0x7ff0_0008 {
-                Ok(0x401234)
+            Ok(if address == 0x7ff0_0008 {
+                0x401234
             } else {
-                Err(())
-            }
+                0x55
+            })
         };
         assert_eq!(memo.lookup(&key(), &same), Some(7));
-        let changed = |address: u64| {
-            if address == 0x7ff0_0008 {
-                Ok(0x999)
-            } else {
-                Err(())
-            }
-        };
+        let changed = |address: u64| Ok(if address == 0x7ff0_0008 { 0x999 } else { 0x55 });
         assert_eq!(memo.lookup(&key(), &changed), None);
-        let now_readable = |_address: u64| Ok(0x401234);
-        assert_eq!(memo.lookup(&key(), &now_readable), None);
+        let unreadable = |_address: u64| Err(());
+        assert_eq!(memo.lookup(&key(), &unreadable), None);
         let other = MemoKey {
             sp: 0x7ff0_0010,
             ..key()
         };
         assert_eq!(memo.lookup(&other, &same), None);
+    }
+
+    #[test]
+    fn two_keys_of_one_set_both_stay() {
+        let mut memo = StackMemo::boxed();
+        let first = key();
+        let second = (1..u64::MAX)
+            .map(|n| MemoKey {
+                ip: first.ip + n,
+                ..first
+            })
+            .find(|k| set_index(k) == set_index(&first))
+            .unwrap();
+        let mut reads = RecordedReads::default();
+        reads.push(0x7ff0_0008, Ok(1));
+        memo.store(first, &reads, 1);
+        memo.store(second, &reads, 2);
+        let memory = |_address: u64| Ok(1);
+        assert_eq!(memo.lookup(&first, &memory), Some(1));
+        assert_eq!(memo.lookup(&second, &memory), Some(2));
+    }
+
+    #[test]
+    fn walks_with_a_refused_read_are_not_stored() {
+        let mut memo = StackMemo::boxed();
+        let mut reads = RecordedReads::default();
+        reads.push(0x7ff0_0008, Err(()));
+        memo.store(key(), &reads, 9);
+        assert_eq!(memo.lookup(&key(), &|_address: u64| Err(())), None);
     }
 
     #[test]
