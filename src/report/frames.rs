@@ -18,10 +18,17 @@ pub(crate) fn shown_frames(
     addresses: &[u64],
     symbolizer: &mut Symbolizer,
 ) -> Vec<FrameReport> {
-    let frames = addresses
-        .iter()
-        .flat_map(|&address| symbolizer.frames(profile, address))
-        .collect();
+    // Symbolized innermost first, and no further than `main`: the start-up code above it is
+    // cut anyway, and symbolizing it would load libc's debug information for nothing.
+    let mut frames = Vec::new();
+    for &address in addresses {
+        let symbolized = symbolizer.frames(profile, address);
+        let reached_entry = symbolized.iter().any(is_entry);
+        frames.extend(symbolized);
+        if reached_entry {
+            break;
+        }
+    }
     trim(frames)
         .into_iter()
         .map(|f| FrameReport {
@@ -35,6 +42,11 @@ pub(crate) fn shown_frames(
         .collect()
 }
 
+/// The program's own `main` (not an inlined copy): the outermost frame worth showing.
+fn is_entry(frame: &Frame) -> bool {
+    !frame.inlined && frame.function.as_deref() == Some(ENTRY_FUNCTION)
+}
+
 /// Drops the profiler's frames, and every frame outside the first (innermost) `main`.
 fn trim(frames: Vec<Frame>) -> Vec<Frame> {
     let mut shown: Vec<Frame> = frames
@@ -45,7 +57,6 @@ fn trim(frames: Vec<Frame>) -> Vec<Frame> {
                 .is_some_and(|m| file_name(m).starts_with(PROFILER_MODULE_PREFIX))
         })
         .collect();
-    let is_entry = |f: &Frame| !f.inlined && f.function.as_deref() == Some(ENTRY_FUNCTION);
     if let Some(entry) = shown.iter().position(is_entry) {
         shown.truncate(entry + 1);
     }
