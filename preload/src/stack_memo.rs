@@ -75,6 +75,8 @@ struct Entry {
     key: MemoKey,
     stack: u32,
     used: bool,
+    /// The walk was shown not to depend on the first frame's bp (see `store`).
+    ignores_bp: bool,
     reads: RecordedReads,
 }
 
@@ -89,10 +91,22 @@ pub struct StackMemo {
     sets: [Set; MEMO_SETS],
 }
 
+/// The set of a key: by ip and sp only, so that an entry that ignores bp is found whatever
+/// bp is now (in code built without frame pointers, rbp is an ordinary register).
 fn set_index(key: &MemoKey) -> usize {
-    let mixed = (key.ip ^ key.sp.rotate_left(29) ^ key.bp.rotate_left(47))
+    let mixed = (key.ip ^ key.sp.rotate_left(29) ^ key.snapshot.rotate_left(47))
         .wrapping_mul(0x9e37_79b9_7f4a_7c15);
     (mixed >> (64 - MEMO_SETS.trailing_zeros())) as usize
+}
+
+impl Entry {
+    fn matches(&self, key: &MemoKey) -> bool {
+        self.used
+            && self.key.snapshot == key.snapshot
+            && self.key.ip == key.ip
+            && self.key.sp == key.sp
+            && (self.ignores_bp || self.key.bp == key.bp)
+    }
 }
 
 impl StackMemo {
@@ -109,10 +123,7 @@ impl StackMemo {
     #[inline]
     pub fn lookup(&mut self, key: &MemoKey, read: &impl Fn(u64) -> Result<u64, ()>) -> Option<u32> {
         let set = &mut self.sets[set_index(key)];
-        let way = set
-            .ways
-            .iter()
-            .position(|entry| entry.used && entry.key == *key)?;
+        let way = set.ways.iter().position(|entry| entry.matches(key))?;
         let entry = &set.ways[way];
         let unchanged = entry.reads.reads[..entry.reads.len]
             .iter()
@@ -125,7 +136,10 @@ impl StackMemo {
     }
 
     /// Remembers the result of a full unwinding (unless it read too many words to keep).
-    pub fn store(&mut self, key: MemoKey, reads: &RecordedReads, stack: u32) {
+    /// `ignores_bp`: the caller walked again with bp set to 0 and got the same frames with
+    /// no refused read, so bp was never used (any use as an address, or as the base of a
+    /// frame, would have failed or ended the walk).
+    pub fn store(&mut self, key: MemoKey, reads: &RecordedReads, stack: u32, ignores_bp: bool) {
         if reads.overflowed {
             return;
         }
@@ -133,12 +147,13 @@ impl StackMemo {
         let way = set
             .ways
             .iter()
-            .position(|entry| entry.used && entry.key == key)
+            .position(|entry| entry.matches(&key))
             .unwrap_or(1 - set.recent);
         set.ways[way] = Entry {
             key,
             stack,
             used: true,
+            ignores_bp,
             reads: *reads,
         };
         set.recent = way;
@@ -164,7 +179,7 @@ mod tests {
         let mut reads = RecordedReads::default();
         reads.push(0x7ff0_0008, Ok(0x401234));
         reads.push(0x7ff0_0100, Ok(0x55));
-        memo.store(key(), &reads, 7);
+        memo.store(key(), &reads, 7, false);
         let same = |address: u64| {
             Ok(if address == 0x7ff0_0008 {
                 0x401234
@@ -197,11 +212,45 @@ mod tests {
             .unwrap();
         let mut reads = RecordedReads::default();
         reads.push(0x7ff0_0008, Ok(1));
-        memo.store(first, &reads, 1);
-        memo.store(second, &reads, 2);
+        memo.store(first, &reads, 1, false);
+        memo.store(second, &reads, 2, false);
         let memory = |_address: u64| Ok(1);
         assert_eq!(memo.lookup(&first, &memory), Some(1));
         assert_eq!(memo.lookup(&second, &memory), Some(2));
+    }
+
+    #[test]
+    fn an_entry_that_ignores_bp_matches_any_bp_and_only_that() {
+        let mut memo = StackMemo::boxed();
+        let mut reads = RecordedReads::default();
+        reads.push(0x7ff0_0008, Ok(1));
+        memo.store(key(), &reads, 4, true);
+        let memory = |_address: u64| Ok(1);
+        assert_eq!(
+            memo.lookup(
+                &MemoKey {
+                    bp: 0x1234,
+                    ..key()
+                },
+                &memory
+            ),
+            Some(4)
+        );
+        memo.store(
+            MemoKey {
+                ip: 0x402000,
+                ..key()
+            },
+            &reads,
+            5,
+            false,
+        );
+        let other_bp = MemoKey {
+            ip: 0x402000,
+            bp: 0x1234,
+            ..key()
+        };
+        assert_eq!(memo.lookup(&other_bp, &memory), None);
     }
 
     #[test]
@@ -209,7 +258,7 @@ mod tests {
         let mut memo = StackMemo::boxed();
         let mut reads = RecordedReads::default();
         reads.push(0x7ff0_0008, Err(()));
-        memo.store(key(), &reads, 9);
+        memo.store(key(), &reads, 9, false);
         assert_eq!(memo.lookup(&key(), &|_address: u64| Err(())), None);
     }
 
@@ -220,7 +269,7 @@ mod tests {
         for word in 0..=MEMO_READS as u64 {
             reads.push(0x7ff0_0000 + word * 8, Ok(word));
         }
-        memo.store(key(), &reads, 3);
+        memo.store(key(), &reads, 3, false);
         assert_eq!(
             memo.lookup(&key(), &|a: u64| Ok((a - 0x7ff0_0000) / 8)),
             None

@@ -411,11 +411,49 @@ fn unwind_fully(
     current.set_stack(stack);
     if !saw_unknown {
         if let Some(reads) = current.memo_reads() {
-            memo.store(key, &reads, stack);
+            let ignores_bp =
+                same_walk_without_bp(snapshot, rules, &key, read_stack, current.frames());
+            memo.store(key, &reads, stack, ignores_bp);
         }
         core::mem::swap(previous, current);
     }
     stack
+}
+
+/// Walks again from the memo key's frame with bp set to 0: true if the same frames come out
+/// with no refused read, i.e. the walk never used bp (see `StackMemo::store`).
+fn same_walk_without_bp(
+    snapshot: &Snapshot,
+    rules: &mut [CacheX86_64; RULE_CACHES],
+    key: &MemoKey,
+    read_stack: &dyn Fn(u64) -> Result<u64, ()>,
+    frames: &[u64],
+) -> bool {
+    let mut regs = UnwindRegsX86_64::new(key.ip, key.sp, 0);
+    let Some(mut address) = FrameAddress::from_return_address(key.ip) else {
+        return false;
+    };
+    let refused = core::cell::Cell::new(false);
+    let mut checked_read = |word: u64| {
+        let value = read_stack(word);
+        refused.set(refused.get() | value.is_err());
+        value
+    };
+    for (index, &expected) in frames.iter().enumerate() {
+        if address.address() != expected {
+            return false;
+        }
+        let cache = &mut rules[rule_cache_index(&address)];
+        let next = step(snapshot, address, &mut regs, cache, &mut checked_read);
+        if refused.get() {
+            return false;
+        }
+        match next {
+            Some(next) => address = next,
+            None => return index + 1 == frames.len(),
+        }
+    }
+    false
 }
 
 /// Unwinds one frame; the caller's frame address, or `None` at the end of the stack.
