@@ -99,6 +99,18 @@ fn set_index(key: &MemoKey) -> usize {
     (mixed >> (64 - MEMO_SETS.trailing_zeros())) as usize
 }
 
+/// What the memo knows of a key.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Lookup {
+    /// The stack id, every word it depended on unchanged.
+    Hit(u32),
+    /// Nothing usable.
+    Miss,
+    /// An entry for the same frame exists but was stored for another bp: this frame's bp
+    /// varies, so it is worth proving that the walk ignores it (see `store`).
+    OnlyBpDiffers,
+}
+
 impl Entry {
     fn matches(&self, key: &MemoKey) -> bool {
         self.used
@@ -121,18 +133,30 @@ impl StackMemo {
 
     /// The stack id remembered for `key`, if every stack word it depended on is unchanged.
     #[inline]
-    pub fn lookup(&mut self, key: &MemoKey, read: &impl Fn(u64) -> Result<u64, ()>) -> Option<u32> {
+    pub fn lookup(&mut self, key: &MemoKey, read: &impl Fn(u64) -> Result<u64, ()>) -> Lookup {
         let set = &mut self.sets[set_index(key)];
-        let way = set.ways.iter().position(|entry| entry.matches(key))?;
+        let Some(way) = set.ways.iter().position(|entry| entry.matches(key)) else {
+            let bp_only = set.ways.iter().any(|entry| {
+                entry.used
+                    && entry.key.snapshot == key.snapshot
+                    && entry.key.ip == key.ip
+                    && entry.key.sp == key.sp
+            });
+            return if bp_only {
+                Lookup::OnlyBpDiffers
+            } else {
+                Lookup::Miss
+            };
+        };
         let entry = &set.ways[way];
         let unchanged = entry.reads.reads[..entry.reads.len]
             .iter()
             .all(|recorded| read(recorded.address) == Ok(recorded.value));
         if !unchanged {
-            return None;
+            return Lookup::Miss;
         }
         set.recent = way;
-        Some(entry.stack)
+        Lookup::Hit(entry.stack)
     }
 
     /// Remembers the result of a full unwinding (unless it read too many words to keep).
@@ -187,16 +211,16 @@ mod tests {
                 0x55
             })
         };
-        assert_eq!(memo.lookup(&key(), &same), Some(7));
+        assert_eq!(memo.lookup(&key(), &same), Lookup::Hit(7));
         let changed = |address: u64| Ok(if address == 0x7ff0_0008 { 0x999 } else { 0x55 });
-        assert_eq!(memo.lookup(&key(), &changed), None);
+        assert_eq!(memo.lookup(&key(), &changed), Lookup::Miss);
         let unreadable = |_address: u64| Err(());
-        assert_eq!(memo.lookup(&key(), &unreadable), None);
+        assert_eq!(memo.lookup(&key(), &unreadable), Lookup::Miss);
         let other = MemoKey {
             sp: 0x7ff0_0010,
             ..key()
         };
-        assert_eq!(memo.lookup(&other, &same), None);
+        assert_eq!(memo.lookup(&other, &same), Lookup::Miss);
     }
 
     #[test]
@@ -215,8 +239,8 @@ mod tests {
         memo.store(first, &reads, 1, false);
         memo.store(second, &reads, 2, false);
         let memory = |_address: u64| Ok(1);
-        assert_eq!(memo.lookup(&first, &memory), Some(1));
-        assert_eq!(memo.lookup(&second, &memory), Some(2));
+        assert_eq!(memo.lookup(&first, &memory), Lookup::Hit(1));
+        assert_eq!(memo.lookup(&second, &memory), Lookup::Hit(2));
     }
 
     #[test]
@@ -250,7 +274,7 @@ mod tests {
             bp: 0x1234,
             ..key()
         };
-        assert_eq!(memo.lookup(&other_bp, &memory), None);
+        assert_eq!(memo.lookup(&other_bp, &memory), Lookup::Miss);
     }
 
     #[test]
@@ -259,7 +283,7 @@ mod tests {
         let mut reads = RecordedReads::default();
         reads.push(0x7ff0_0008, Err(()));
         memo.store(key(), &reads, 9, false);
-        assert_eq!(memo.lookup(&key(), &|_address: u64| Err(())), None);
+        assert_eq!(memo.lookup(&key(), &|_address: u64| Err(())), Lookup::Miss);
     }
 
     #[test]

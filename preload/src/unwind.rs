@@ -14,7 +14,7 @@ use core::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, Ordering};
 use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
 use framehop::{ExplicitModuleSectionInfo, FrameAddress, Module, Unwinder};
 
-use crate::stack_memo::{MemoKey, StackMemo};
+use crate::stack_memo::{Lookup, MemoKey, StackMemo};
 use crate::stack_prefix::{Level, Walk};
 
 use crate::modules::{self, LoadedModule};
@@ -322,9 +322,11 @@ fn walk_frames(
         sp: regs.sp(),
         bp: regs.bp(),
     };
-    if let Some(stack) = state.memo.lookup(&key, &read_stack) {
-        return stack;
-    }
+    let check_bp = match state.memo.lookup(&key, &read_stack) {
+        Lookup::Hit(stack) => return stack,
+        Lookup::Miss => false,
+        Lookup::OnlyBpDiffers => true,
+    };
     unwind_fully(
         snapshot,
         state,
@@ -334,6 +336,7 @@ fn walk_frames(
         depth,
         intern,
         key,
+        check_bp,
         strict,
     )
 }
@@ -352,6 +355,7 @@ fn unwind_fully(
     depth: usize,
     intern: &dyn Fn(&[u64]) -> u32,
     key: MemoKey,
+    check_bp: bool,
     strict: bool,
 ) -> u32 {
     let snapshot_id = snapshot as *const Snapshot as u64;
@@ -411,8 +415,9 @@ fn unwind_fully(
     current.set_stack(stack);
     if !saw_unknown {
         if let Some(reads) = current.memo_reads() {
-            let ignores_bp =
-                same_walk_without_bp(snapshot, rules, &key, read_stack, current.frames());
+            // Proving bp is ignored costs a second walk: only for frames seen with another bp.
+            let ignores_bp = check_bp
+                && same_walk_without_bp(snapshot, rules, &key, read_stack, current.frames());
             memo.store(key, &reads, stack, ignores_bp);
         }
         core::mem::swap(previous, current);
