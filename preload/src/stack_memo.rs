@@ -258,7 +258,7 @@ mod tests {
                 },
                 &memory
             ),
-            Some(4)
+            Lookup::Hit(4)
         );
         memo.store(
             MemoKey {
@@ -274,7 +274,7 @@ mod tests {
             bp: 0x1234,
             ..key()
         };
-        assert_eq!(memo.lookup(&other_bp, &memory), Lookup::Miss);
+        assert_eq!(memo.lookup(&other_bp, &memory), Lookup::OnlyBpDiffers);
     }
 
     #[test]
@@ -296,7 +296,7 @@ mod tests {
         memo.store(key(), &reads, 3, false);
         assert_eq!(
             memo.lookup(&key(), &|a: u64| Ok((a - 0x7ff0_0000) / 8)),
-            None
+            Lookup::Miss
         );
     }
 }
