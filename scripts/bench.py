@@ -100,6 +100,10 @@ def contention(report: Path) -> dict:
         for key, value in (p.get("contention") or {}).items():
             if isinstance(value, (int, float)):
                 totals[key] = totals.get(key, 0) + value
+        # Every allocation and free is one accounting event (one lock and one CAS).
+        counts = p.get("totals") or {}
+        events = counts.get("allocations", 0) + counts.get("frees", 0)
+        totals["events"] = totals.get("events", 0) + events
     return totals
 
 
@@ -279,9 +283,20 @@ def write_markdown(path: Path, workloads, samples, runs: int) -> str:
     lines += ["", "## Contention (memwarden, threads workload)", ""]
     counters = [s.contention for s in samples["threads"]["memwarden"]] if threads else []
     if counters and any(counters):
-        keys = sorted({k for c in counters for k in c})
-        lines += ["| counter | median over runs |", "|---|---|"]
-        lines += [f"| `{k}` | {median([c.get(k, 0) for c in counters]):.0f} |" for k in keys]
+        keys = sorted({k for c in counters for k in c} - {"events"})
+        events = median([c.get("events", 0) for c in counters])
+        lines += [
+            "Locking strategy (docs/design.md): a spin lock per stack record and one 128-bit",
+            "compare-and-swap on the process's `(live, peak)` pair per event; no process-wide lock.",
+            f"Events (allocations + frees) per run: {events:.0f}.",
+            "",
+            "| counter | median over runs | share of events |",
+            "|---|---|---|",
+        ]
+        for k in keys:
+            value = median([c.get(k, 0) for c in counters])
+            share = f"{100 * value / events:.2f}%" if events else "–"
+            lines.append(f"| `{k}` | {value:.0f} | {share} |")
     else:
         lines.append("report.json had no `processes[].contention` figures in this run.")
     churn = next(w for w in workloads if w.name == "churn")
