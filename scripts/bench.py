@@ -319,7 +319,7 @@ def write_markdown(path: Path, workloads, samples, runs: int) -> str:
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="one run of each tool on each workload")
-    parser.add_argument("--runs", type=int, default=3, help="runs of each tool on each workload (default 3)")
+    parser.add_argument("--runs", type=int, default=5, help="runs of each tool on each workload (default 5)")
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks.md", help="markdown file to write")
     args = parser.parse_args()
     runs = 1 if args.quick else args.runs
