@@ -246,6 +246,16 @@ macro_rules! export_with_caller {
     };
 }
 
+/// `count × size` for calloc and reallocarray; on overflow errno is ENOMEM and glibc is not
+/// called (it would refuse too).
+fn array_size(count: usize, size: usize) -> Option<usize> {
+    let total = count.checked_mul(size);
+    if total.is_none() {
+        real::set_errno(libc::ENOMEM);
+    }
+    total
+}
+
 /// The caller, from what an entry stub passed.
 #[inline(always)]
 fn caller(entry_sp: u64, bp: u64) -> Caller {
@@ -269,11 +279,10 @@ export_with_caller!(
     calloc => calloc_body, entry_sp: "rdx", bp: "rcx"
 );
 extern "C" fn calloc_body(count: usize, size: usize, entry_sp: u64, bp: u64) -> *mut c_void {
-    let Some(total) = count.checked_mul(size) else {
-        real::set_errno(libc::ENOMEM);
-        return core::ptr::null_mut();
-    };
-    allocate(caller(entry_sp, bp), Source::Calloc, total)
+    match array_size(count, size) {
+        Some(total) => allocate(caller(entry_sp, bp), Source::Calloc, total),
+        None => core::ptr::null_mut(),
+    }
 }
 
 export_with_caller!(
@@ -297,11 +306,10 @@ extern "C" fn reallocarray_body(
     entry_sp: u64,
     bp: u64,
 ) -> *mut c_void {
-    let Some(total) = count.checked_mul(size) else {
-        real::set_errno(libc::ENOMEM);
-        return core::ptr::null_mut();
-    };
-    reallocate(caller(entry_sp, bp), block, total)
+    match array_size(count, size) {
+        Some(total) => reallocate(caller(entry_sp, bp), block, total),
+        None => core::ptr::null_mut(),
+    }
 }
 
 #[no_mangle]

@@ -8,7 +8,7 @@
 
 use core::ffi::{c_char, c_int, c_void, CStr};
 
-use crate::real::{self, DlsymFn, NextSymbol};
+use crate::real::{self, NextSymbol};
 use crate::thread_state::Guard;
 use crate::{hooks, lifecycle, unwind};
 
@@ -47,12 +47,9 @@ pub unsafe extern "C" fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *m
 /// `dlsym` for every handle but RTLD_NEXT: glibc's answer, except that libc's own
 /// allocator functions are swapped for the interposed ones.
 extern "C" fn dlsym_filtered(handle: *mut c_void, symbol: *const c_char) -> *mut c_void {
-    let resolved = real::resolve_dlsym();
-    if resolved == 0 {
+    let Some(glibc_dlsym) = real::glibc_dlsym() else {
         return core::ptr::null_mut();
-    }
-    // SAFETY: `resolved` is glibc's dlsym.
-    let glibc_dlsym: DlsymFn = unsafe { core::mem::transmute::<usize, DlsymFn>(resolved) };
+    };
     // SAFETY: forwards the caller's arguments.
     let found = unsafe { glibc_dlsym(handle, symbol) };
     if found.is_null() || symbol.is_null() {

@@ -42,16 +42,30 @@ pub extern "C" fn resolve_dlsym() -> usize {
     0
 }
 
-/// Looks `symbol` up after this library in the search order, through the real `dlsym`.
-pub fn next_symbol(symbol: &core::ffi::CStr) -> usize {
+/// glibc's `dlsym` as a function, if it can be found.
+pub fn glibc_dlsym() -> Option<DlsymFn> {
     let real = resolve_dlsym();
-    if real == 0 {
+    // SAFETY: a non-zero `real` is glibc's dlsym, with this signature.
+    (real != 0).then(|| unsafe { core::mem::transmute::<usize, DlsymFn>(real) })
+}
+
+/// `symbol`'s address as glibc's `dlsym` finds it through `handle`; 0 if not found.
+fn symbol_through(handle: *mut c_void, symbol: &core::ffi::CStr) -> usize {
+    let Some(dlsym) = glibc_dlsym() else {
         return 0;
-    }
-    // SAFETY: `real` is glibc's dlsym (non-zero, resolved above).
-    let dlsym: DlsymFn = unsafe { core::mem::transmute::<usize, DlsymFn>(real) };
-    // SAFETY: valid handle constant and NUL-terminated name.
-    unsafe { dlsym(libc::RTLD_NEXT, symbol.as_ptr()) as usize }
+    };
+    // SAFETY: a handle constant and a NUL-terminated name.
+    unsafe { dlsym(handle, symbol.as_ptr()) as usize }
+}
+
+/// Looks `symbol` up after this library in the search order.
+pub fn next_symbol(symbol: &core::ffi::CStr) -> usize {
+    symbol_through(libc::RTLD_NEXT, symbol)
+}
+
+/// Looks `symbol` up in the global scope (what an unqualified call would bind to).
+pub fn global_symbol(symbol: &core::ffi::CStr) -> usize {
+    symbol_through(libc::RTLD_DEFAULT, symbol)
 }
 
 /// A symbol looked up once, lazily, after this library in the search order.
@@ -116,16 +130,4 @@ impl SavedErrno {
 pub fn set_errno(value: c_int) {
     // SAFETY: __errno_location always returns the calling thread's errno slot.
     unsafe { *libc::__errno_location() = value }
-}
-
-/// Looks `symbol` up in the global scope (what an unqualified call would bind to).
-pub fn next_symbol_default(symbol: &core::ffi::CStr) -> usize {
-    let real = resolve_dlsym();
-    if real == 0 {
-        return 0;
-    }
-    // SAFETY: `real` is glibc's dlsym.
-    let dlsym: DlsymFn = unsafe { core::mem::transmute::<usize, DlsymFn>(real) };
-    // SAFETY: valid handle constant and NUL-terminated name.
-    unsafe { dlsym(libc::RTLD_DEFAULT, symbol.as_ptr()) as usize }
 }

@@ -22,18 +22,37 @@ pub struct MemoKey {
     pub bp: u64,
 }
 
-/// One stack read made by the unwinder: where, and what it got. Walks with a refused read
-/// are not memoized (they are rare: the end of a stack is a rule, not a failed read).
+/// One stack read made by the unwinder: where, and what it got (or that it was refused).
 #[derive(Clone, Copy, Default)]
-struct Read {
-    address: u64,
-    value: u64,
+pub struct StackRead {
+    pub address: u64,
+    pub value: u64,
+    pub ok: bool,
+}
+
+impl StackRead {
+    pub fn new(address: u64, value: Result<u64, ()>) -> StackRead {
+        StackRead {
+            address,
+            value: value.unwrap_or(0),
+            ok: value.is_ok(),
+        }
+    }
+
+    /// True if reading the word again gives the same answer.
+    #[inline]
+    pub fn still_holds(&self, read: &impl Fn(u64) -> Result<u64, ()>) -> bool {
+        match read(self.address) {
+            Ok(value) => self.ok && value == self.value,
+            Err(()) => !self.ok,
+        }
+    }
 }
 
 /// The reads of one full unwinding, in order.
 #[derive(Clone, Copy)]
 pub struct RecordedReads {
-    reads: [Read; MEMO_READS],
+    reads: [StackRead; MEMO_READS],
     len: usize,
     overflowed: bool,
 }
@@ -41,7 +60,7 @@ pub struct RecordedReads {
 impl Default for RecordedReads {
     fn default() -> Self {
         RecordedReads {
-            reads: [Read::default(); MEMO_READS],
+            reads: [StackRead::default(); MEMO_READS],
             len: 0,
             overflowed: false,
         }
@@ -61,11 +80,13 @@ impl RecordedReads {
             self.overflowed = true;
             return;
         }
-        let Ok(value) = value else {
+        // Walks with a refused read are not memoized: they are rare (the end of a stack is a
+        // rule, not a failed read).
+        if value.is_err() {
             self.overflowed = true;
             return;
-        };
-        self.reads[self.len] = Read { address, value };
+        }
+        self.reads[self.len] = StackRead::new(address, value);
         self.len += 1;
     }
 }
@@ -151,7 +172,7 @@ impl StackMemo {
         let entry = &set.ways[way];
         let unchanged = entry.reads.reads[..entry.reads.len]
             .iter()
-            .all(|recorded| read(recorded.address) == Ok(recorded.value));
+            .all(|recorded| recorded.still_holds(read));
         if !unchanged {
             return Lookup::Miss;
         }

@@ -7,7 +7,7 @@
 //! level on still holds its value, the rest of the stack is the previous one's. The walk
 //! stops there and splices. Anything else — a changed word, other registers — just walks on.
 
-use crate::stack_memo::RecordedReads;
+use crate::stack_memo::{RecordedReads, StackRead};
 
 /// Deepest stack kept (the layout's limit).
 pub const MAX_LEVELS: usize = memwarden_abi::MAX_DEPTH_LIMIT as usize;
@@ -22,13 +22,6 @@ pub struct Level {
     pub bp: u64,
 }
 
-#[derive(Clone, Copy, Default)]
-struct Read {
-    address: u64,
-    value: u64,
-    ok: bool,
-}
-
 /// One walk: its levels in order (innermost first) and, for each, where the reads made to
 /// unwind past it start.
 pub struct Walk {
@@ -39,7 +32,7 @@ pub struct Walk {
     stack: u32,
     reads_start: [u32; MAX_LEVELS],
     count: usize,
-    reads: [Read; MAX_READS],
+    reads: [StackRead; MAX_READS],
     reads_len: usize,
     overflowed: bool,
     /// The walk stopped at the depth limit, not at the end of the stack.
@@ -79,11 +72,7 @@ impl Walk {
             self.overflowed = true;
             return;
         }
-        self.reads[self.reads_len] = Read {
-            address,
-            value: value.unwrap_or(0),
-            ok: value.is_ok(),
-        };
+        self.reads[self.reads_len] = StackRead::new(address, value);
         self.reads_len += 1;
     }
 
@@ -138,13 +127,9 @@ impl Walk {
             return None;
         }
         let start = self.reads_start[at] as usize;
-        let unchanged =
-            self.reads[start..self.reads_len]
-                .iter()
-                .all(|recorded| match read(recorded.address) {
-                    Ok(value) => recorded.ok && value == recorded.value,
-                    Err(()) => !recorded.ok,
-                });
+        let unchanged = self.reads[start..self.reads_len]
+            .iter()
+            .all(|recorded| recorded.still_holds(read));
         unchanged.then_some(at)
     }
 
