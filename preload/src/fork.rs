@@ -16,9 +16,9 @@ use crate::lifecycle;
 use crate::log;
 use crate::profile_file::{self, Identity};
 use crate::recorder::Recorder;
+use crate::snapshot;
 use crate::spin;
 use crate::thread_state::Guard;
-use crate::unwind;
 
 static GATE: AtomicBool = AtomicBool::new(false);
 static LOCKED_STACKS: AtomicU64 = AtomicU64::new(0);
@@ -161,7 +161,7 @@ extern "C" fn child() {
     };
     let stacks = LOCKED_STACKS.load(Ordering::Relaxed);
     release_locks(recorder);
-    unwind::reset_after_fork();
+    snapshot::reset_after_fork();
     let Some(guard) = Guard::enter() else {
         return;
     };

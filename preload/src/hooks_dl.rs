@@ -10,7 +10,7 @@ use core::ffi::{c_char, c_int, c_void, CStr};
 
 use crate::real::{self, NextSymbol};
 use crate::thread_state::Guard;
-use crate::{hooks, lifecycle, unwind};
+use crate::{hooks, lifecycle, snapshot};
 
 /// # Safety
 /// The C contract of `dlsym`: a valid handle and a NUL-terminated name.
@@ -95,7 +95,7 @@ pub unsafe extern "C" fn dlclose(handle: *mut c_void) -> c_int {
     if let Some(recorder) = lifecycle::active() {
         if let Some(guard) = Guard::enter() {
             let errno = real::SavedErrno::save();
-            unwind::rebuild(&guard, Some(&recorder.file));
+            snapshot::rebuild(&guard, Some(&recorder.file));
             errno.restore();
         }
     }

@@ -26,6 +26,7 @@ mod modules;
 mod profile_file;
 mod real;
 mod recorder;
+mod snapshot;
 mod spin;
 mod stack_memo;
 mod stack_prefix;

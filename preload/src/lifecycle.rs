@@ -11,7 +11,7 @@ use crate::log;
 use crate::profile_file::Identity;
 use crate::recorder::Recorder;
 use crate::thread_state::Guard;
-use crate::{fork, unwind};
+use crate::{fork, snapshot, unwind};
 
 const UNINITIALIZED: u8 = 0;
 const INITIALIZING: u8 = 1;
@@ -68,7 +68,7 @@ pub fn initialize() {
                 Ordering::Release,
             );
             unwind::install_thread_exit_hook();
-            unwind::rebuild(&guard, Some(&recorder.file));
+            snapshot::rebuild(&guard, Some(&recorder.file));
             recorder.note_own_malloc();
             fork::install();
             STATE.store(ACTIVE, Ordering::Release);

@@ -90,7 +90,7 @@ impl Recorder {
         // Compared by module, not by address: taking `malloc`'s address here would itself go
         // through the loader and find the program's.
         let bound = crate::real::global_symbol(c"malloc") as u64;
-        let ours = unwind::snapshot().is_some_and(|snapshot| snapshot.is_own(bound));
+        let ours = crate::snapshot::snapshot().is_some_and(|snapshot| snapshot.is_own(bound));
         if bound != 0 && !ours {
             self.file
                 .counter(core::mem::offset_of!(Header, flags))

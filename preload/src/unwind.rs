@@ -1,139 +1,21 @@
 //! Interposed call → stack: captures the caller's native return addresses in-process with
-//! framehop's DWARF CFI unwinder, reading the modules' `.eh_frame` where the loader mapped
-//! it. Each thread keeps framehop's rule cache, so a return address seen before costs a
-//! cache hit rather than a CFI evaluation. Stack reads are bounded to the thread's stack, so
-//! a bad unwind rule can end a stack early but never fault.
-//!
-//! The set of modules is an immutable [`Snapshot`] published through an atomic pointer and
-//! rebuilt when a stack shows an address in a module not yet known (after `dlopen`) or after
-//! `dlclose`. Old snapshots are never freed: a thread may still be walking one.
+//! framehop's DWARF CFI unwinder over the current module [`Snapshot`], starting at the
+//! caller's registers captured by the export's entry stub. Each thread keeps rule caches,
+//! the stack memo and its previous walk, so most stacks cost a cache check rather than a
+//! walk. Stack reads are bounded to the thread's stack, so a bad unwind rule can end a stack
+//! early but never fault.
 
-use core::ops::Deref;
-use core::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicU64, Ordering};
 
-use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
-use framehop::{ExplicitModuleSectionInfo, FrameAddress, Module, Unwinder};
+use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64};
+use framehop::{FrameAddress, Unwinder};
 
 use crate::stack_memo::{Lookup, MemoKey, StackMemo};
 use crate::stack_prefix::{Level, Walk};
 
-use crate::modules::{self, LoadedModule};
-use crate::profile_file::ProfileFile;
-use crate::spin;
+use crate::modules;
+use crate::snapshot::{rebuild, snapshot, Snapshot};
 use crate::thread_state::Guard;
-
-/// Bytes of a module as mapped in this process (read-only, valid while it stays loaded).
-pub struct MappedBytes {
-    start: *const u8,
-    len: usize,
-}
-
-impl Deref for MappedBytes {
-    type Target = [u8];
-    fn deref(&self) -> &[u8] {
-        // SAFETY: the range was taken from a loaded module's segments, which stay mapped
-        // until the module is unloaded, after which no snapshot hands it out for new unwinds.
-        unsafe { core::slice::from_raw_parts(self.start, self.len) }
-    }
-}
-
-impl Default for MappedBytes {
-    fn default() -> Self {
-        MappedBytes {
-            start: core::ptr::NonNull::<u8>::dangling().as_ptr(),
-            len: 0,
-        }
-    }
-}
-
-impl MappedBytes {
-    fn of((start, end): (u64, u64)) -> MappedBytes {
-        MappedBytes {
-            start: start as *const u8,
-            len: end.saturating_sub(start) as usize,
-        }
-    }
-}
-
-/// The modules known at one moment, ready to unwind through.
-pub struct Snapshot {
-    unwinder: UnwinderX86_64<MappedBytes>,
-    /// `(start, end)` of each module, sorted by start.
-    ranges: Vec<(u64, u64)>,
-    /// This library's own range: its frames are dropped from the top of every stack.
-    own: (u64, u64),
-    loader_generation: u64,
-}
-
-impl Snapshot {
-    /// True if `address` lies in this library.
-    pub fn is_own(&self, address: u64) -> bool {
-        (self.own.0..self.own.1).contains(&address)
-    }
-
-    fn knows(&self, address: u64) -> bool {
-        let after = self.ranges.partition_point(|&(start, _)| start <= address);
-        after > 0 && address < self.ranges[after - 1].1
-    }
-}
-
-static SNAPSHOT: AtomicPtr<Snapshot> = AtomicPtr::new(core::ptr::null_mut());
-static REBUILD_LOCK: AtomicU32 = AtomicU32::new(0);
-static REBUILD_WAITS: AtomicU64 = AtomicU64::new(0);
-
-/// The current snapshot, if one was built.
-pub fn snapshot() -> Option<&'static Snapshot> {
-    // SAFETY: published snapshots are leaked boxes, never freed.
-    unsafe { SNAPSHOT.load(Ordering::Acquire).as_ref() }
-}
-
-/// Lists the loaded modules again, records new ones in `file` and publishes a snapshot.
-pub fn rebuild(_guard: &Guard, file: Option<&ProfileFile>) {
-    let _lock = spin::lock(&REBUILD_LOCK, &REBUILD_WAITS);
-    let (loaded, loader_generation) = modules::loaded_modules();
-    if let Some(file) = file {
-        modules::record(file, &loaded);
-    }
-    let own_address = caller_stack as *const () as u64;
-    let range_of = |wanted: &dyn Fn(&LoadedModule) -> bool| {
-        loaded
-            .iter()
-            .find(|m| wanted(m))
-            .map_or((0, 0), |m| (m.start, m.end))
-    };
-    let own = range_of(&|m| m.contains(own_address));
-    let mut unwinder = UnwinderX86_64::new();
-    let mut ranges = Vec::with_capacity(loaded.len());
-    for module in &loaded {
-        ranges.push((module.start, module.end));
-        unwinder.add_module(framehop_module(module));
-    }
-    ranges.sort_unstable();
-    let fresh = Box::into_raw(Box::new(Snapshot {
-        unwinder,
-        ranges,
-        own,
-        loader_generation,
-    }));
-    // The previous snapshot is leaked on purpose: another thread may be unwinding with it.
-    SNAPSHOT.store(fresh, Ordering::Release);
-}
-
-fn framehop_module(module: &LoadedModule) -> Module<MappedBytes> {
-    let svma = |(start, end): (u64, u64)| (start - module.base)..(end - module.base);
-    let info = ExplicitModuleSectionInfo {
-        base_svma: 0,
-        text_svma: module.text.map(svma),
-        text: module.text.map(MappedBytes::of),
-        eh_frame_svma: module.eh_frame.map(svma),
-        eh_frame: module.eh_frame.map(MappedBytes::of),
-        eh_frame_hdr_svma: module.eh_frame_hdr.map(svma),
-        eh_frame_hdr: module.eh_frame_hdr.map(MappedBytes::of),
-        ..Default::default()
-    };
-    let name = String::from_utf8_lossy(&module.path).into_owned();
-    Module::new(name, module.start..module.end, module.base, info)
-}
 
 /// framehop's rule cache is direct-mapped with 509 slots (`address % 509`); a real program's
 /// stacks hold thousands of distinct return addresses, and a miss costs a CFI evaluation (a
@@ -252,7 +134,7 @@ pub fn caller_stack(
             if modules::loader_generation() != snapshot.loader_generation {
                 rebuild(guard, crate::lifecycle::recorder().map(|r| &r.file));
             }
-            let fresh = self::snapshot().unwrap_or(snapshot);
+            let fresh = crate::snapshot::snapshot().unwrap_or(snapshot);
             match walk(guard, caller, fresh, depth, intern) {
                 Outcome::Known(stack) => stack,
                 // Code outside every module (JIT code, say): keep what was found, unmemoized.
@@ -480,9 +362,4 @@ fn step(
         return None;
     }
     FrameAddress::from_return_address(return_address)
-}
-
-/// In a forked child: the thread that held the rebuild lock at the fork does not exist there.
-pub fn reset_after_fork() {
-    spin::unlock_raw(&REBUILD_LOCK);
 }
