@@ -112,7 +112,8 @@ pub fn rebuild(_guard: &Guard, file: Option<&ProfileFile>) {
 }
 
 fn framehop_module(module: &LoadedModule) -> Module<MappedBytes> {
-    let svma = |(start, end): (u64, u64)| (start - module.base)..(end - module.base);
+    let svma =
+        |(start, end): (u64, u64)| start.wrapping_sub(module.base)..end.wrapping_sub(module.base);
     let info = ExplicitModuleSectionInfo {
         base_svma: 0,
         text_svma: module.text.map(svma),
