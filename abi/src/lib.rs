@@ -9,6 +9,7 @@
 //! layout.modules_offset    ModuleRecord × module_capacity
 //! layout.stacks_offset     StackRecord  × stack_capacity     (stack id = index)
 //! layout.frames_offset     u64          × frame_capacity     (return addresses)
+//! layout.failures_offset   FailureRecord × failure_capacity  (injected allocation failures)
 //! ```
 //!
 //! The file is mapped `MAP_SHARED`, so whatever the process has written survives its death
@@ -33,7 +34,7 @@
 /// First eight bytes of every profile file.
 pub const MAGIC: [u8; 8] = *b"MWPROF\0\0";
 /// Version of this layout; a reader rejects any other.
-pub const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_VERSION: u32 = 2;
 /// Bytes reserved for the [`Header`] at the start of the file.
 pub const HEADER_SIZE: u64 = 8192;
 /// Bytes of the command line kept in the header (NUL-separated arguments).
@@ -107,6 +108,10 @@ pub struct Layout {
     pub frames_offset: u64,
     /// Number of `u64` frame words the file has room for.
     pub frame_capacity: u64,
+    /// Byte offset of the first [`FailureRecord`].
+    pub failures_offset: u64,
+    /// Number of failure records the file has room for.
+    pub failure_capacity: u64,
     /// Total size of the file when every region is full.
     pub file_size: u64,
 }
@@ -123,6 +128,7 @@ impl Layout {
         module_capacity: u64,
         stack_capacity: u64,
         frame_capacity: u64,
+        failure_capacity: u64,
     ) -> Option<Self> {
         let modules_offset = HEADER_SIZE;
         let Some(modules_bytes) =
@@ -146,7 +152,16 @@ impl Layout {
         let Some(frames_bytes) = frame_capacity.checked_mul(8) else {
             return None;
         };
-        let Some(file_size) = frames_offset.checked_add(frames_bytes) else {
+        let Some(failures_offset) = frames_offset.checked_add(frames_bytes) else {
+            return None;
+        };
+        let failures_offset = round_up_to_page(failures_offset);
+        let Some(failures_bytes) =
+            failure_capacity.checked_mul(core::mem::size_of::<FailureRecord>() as u64)
+        else {
+            return None;
+        };
+        let Some(file_size) = failures_offset.checked_add(failures_bytes) else {
             return None;
         };
         Some(Layout {
@@ -156,8 +171,15 @@ impl Layout {
             stack_capacity,
             frames_offset,
             frame_capacity,
+            failures_offset,
+            failure_capacity,
             file_size: round_up_to_page(file_size),
         })
+    }
+
+    /// Byte offset of failure record `index`.
+    pub const fn failure_offset(&self, index: u64) -> u64 {
+        self.failures_offset + index * core::mem::size_of::<FailureRecord>() as u64
     }
 
     /// Byte offset of stack record `id`.
@@ -236,6 +258,18 @@ pub struct Header {
     pub lock_waits: u64,
     /// Times the 128-bit `heap` compare-and-swap lost a race and retried (*live*).
     pub heap_cas_retries: u64,
+    /// Allocation failures injected by `--fail` rules; records beyond `failure_capacity`
+    /// are counted here but not stored (*live*).
+    pub failure_count: u64,
+    /// The fatal signal the process received, 0 if none was caught (*live*). Set only when
+    /// fault injection is on (the preload then catches SIGSEGV, SIGBUS, SIGFPE, SIGILL and
+    /// SIGABRT to record where the program crashed, and re-raises).
+    pub crash_signal: u32,
+    /// Frames in `crash_frames`.
+    pub crash_depth: u32,
+    /// Where the crash happened, innermost first. Frame 0 is the faulting instruction's
+    /// address (not a return address: symbolize it as is); the others are return addresses.
+    pub crash_frames: [u64; CRASH_DEPTH],
     /// Reserved for later format additions, zero.
     pub reserved: [u64; 30],
     /// The command line, arguments separated by NUL.
@@ -266,6 +300,78 @@ pub struct ModuleRecord {
     pub build_id: [u8; BUILD_ID_CAPACITY],
     /// Path of the file mapped (absolute where the loader knew it).
     pub path: [u8; MODULE_PATH_CAPACITY],
+}
+
+/// Frames kept for the crash stack.
+pub const CRASH_DEPTH: usize = 64;
+
+/// One allocation that a `--fail` rule made fail.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FailureRecord {
+    /// 1 for the process's first injected failure, 2 for the second…
+    pub seq: u64,
+    /// The call's number among the calls the rule matched (1-based).
+    pub call: u64,
+    /// Requested size in bytes (for mmap: the length).
+    pub size: u64,
+    /// ns after start when the call failed.
+    pub time_ns: u64,
+    /// The calling stack's id (see [`StackRecord`]); [`UNKNOWN_STACK_ID`] if not stored.
+    pub stack: u32,
+    /// Which function failed: one of [`failed_function`].
+    pub function: u32,
+    /// Index of the `--fail` rule that fired (0-based, in command-line order).
+    pub rule: u32,
+    /// Reserved, zero.
+    pub reserved: u32,
+}
+
+/// Codes of [`FailureRecord::function`].
+pub mod failed_function {
+    /// `malloc`.
+    pub const MALLOC: u32 = 1;
+    /// `calloc`.
+    pub const CALLOC: u32 = 2;
+    /// `realloc`.
+    pub const REALLOC: u32 = 3;
+    /// `reallocarray`.
+    pub const REALLOCARRAY: u32 = 4;
+    /// `posix_memalign`.
+    pub const POSIX_MEMALIGN: u32 = 5;
+    /// `aligned_alloc`.
+    pub const ALIGNED_ALLOC: u32 = 6;
+    /// `memalign`.
+    pub const MEMALIGN: u32 = 7;
+    /// `valloc`.
+    pub const VALLOC: u32 = 8;
+    /// `pvalloc`.
+    pub const PVALLOC: u32 = 9;
+    /// C++ `operator new` (any form but array).
+    pub const OPERATOR_NEW: u32 = 10;
+    /// C++ `operator new[]`.
+    pub const OPERATOR_NEW_ARRAY: u32 = 11;
+    /// Anonymous `mmap`.
+    pub const MMAP: u32 = 12;
+
+    /// The name shown in reports.
+    pub const fn name(code: u32) -> &'static str {
+        match code {
+            MALLOC => "malloc",
+            CALLOC => "calloc",
+            REALLOC => "realloc",
+            REALLOCARRAY => "reallocarray",
+            POSIX_MEMALIGN => "posix_memalign",
+            ALIGNED_ALLOC => "aligned_alloc",
+            MEMALIGN => "memalign",
+            VALLOC => "valloc",
+            PVALLOC => "pvalloc",
+            OPERATOR_NEW => "operator new",
+            OPERATOR_NEW_ARRAY => "operator new[]",
+            MMAP => "mmap",
+            _ => "unknown",
+        }
+    }
 }
 
 /// Module flag: the main executable.
@@ -321,6 +427,7 @@ pub struct StackRecord {
 const _: () = assert!(core::mem::size_of::<Header>() as u64 <= HEADER_SIZE);
 const _: () = assert!(core::mem::size_of::<StackRecord>() == 128);
 const _: () = assert!(core::mem::size_of::<ModuleRecord>() == 512);
+const _: () = assert!(core::mem::size_of::<FailureRecord>() == 48);
 const _: () = assert!(core::mem::offset_of!(Header, heap) % 16 == 0);
 
 /// Capacities the preload uses unless told otherwise.
@@ -333,6 +440,8 @@ pub mod defaults {
     pub const FRAME_CAPACITY: u64 = 1 << 24;
     /// Frames per stack.
     pub const MAX_DEPTH: u32 = 64;
+    /// Injected failures stored (more are counted).
+    pub const FAILURE_CAPACITY: u64 = 4096;
 }
 
 /// The figures of one stack at the process's peak, by the rule in the crate docs.
@@ -362,18 +471,21 @@ mod tests {
             defaults::MODULE_CAPACITY,
             defaults::STACK_CAPACITY,
             defaults::FRAME_CAPACITY,
+            defaults::FAILURE_CAPACITY,
         )
         .unwrap();
         assert_eq!(l.modules_offset, HEADER_SIZE);
         assert!(l.stacks_offset >= l.modules_offset + l.module_capacity * 512);
         assert_eq!(l.stacks_offset % 4096, 0);
         assert_eq!(l.frames_offset % 4096, 0);
-        assert!(l.file_size >= l.frames_offset + l.frame_capacity * 8);
+        assert!(l.failures_offset >= l.frames_offset + l.frame_capacity * 8);
+        assert!(l.file_size >= l.failures_offset + l.failure_capacity * 48);
     }
 
     #[test]
     fn layout_overflow_is_refused() {
-        assert!(Layout::new(u64::MAX, 1, 1).is_none());
-        assert!(Layout::new(1, u64::MAX / 2, 1).is_none());
+        assert!(Layout::new(u64::MAX, 1, 1, 1).is_none());
+        assert!(Layout::new(1, u64::MAX / 2, 1, 1).is_none());
+        assert!(Layout::new(1, 1, 1, u64::MAX / 2).is_none());
     }
 }

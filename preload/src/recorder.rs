@@ -25,6 +25,7 @@ impl Recorder {
             memwarden_abi::defaults::MODULE_CAPACITY,
             config.numeric[STACK_CAPACITY],
             config.numeric[FRAME_CAPACITY],
+            memwarden_abi::defaults::FAILURE_CAPACITY,
         )
         .ok_or(libc::EOVERFLOW)?;
         let fd = profile_file::create_file(&config.output_dir, identity, &layout)?;

@@ -34,10 +34,12 @@ pub fn compact_profile_file(path: &Path) -> Result<bool, Error> {
         len: header_bytes.len() as u64,
     }))?;
     let old = header.layout;
+    let failures_stored = header.failure_count.min(old.failure_capacity);
     let Some(dense) = Layout::new(
         header.module_count,
         header.stack_count,
         header.frame_words_used,
+        failures_stored,
     ) else {
         return Ok(false);
     };
@@ -62,6 +64,11 @@ pub fn compact_profile_file(path: &Path) -> Result<bool, Error> {
             dense.frames_offset,
             old.frame_offset(header.frame_words_used) - old.frames_offset,
         ),
+        (
+            old.failures_offset,
+            dense.failures_offset,
+            old.failure_offset(failures_stored) - old.failures_offset,
+        ),
     ];
     let mut image = vec![0u8; dense.file_size as usize];
     image[..header_bytes.len()].copy_from_slice(&header_bytes);
@@ -84,33 +91,7 @@ pub fn compact_profile_file(path: &Path) -> Result<bool, Error> {
 /// Writes `layout` into the header bytes, field by field at its `repr(C)` offsets.
 fn write_layout(header: &mut [u8], layout: &Layout) {
     let at = std::mem::offset_of!(Header, layout);
-    let fields = [
-        (
-            std::mem::offset_of!(Layout, modules_offset),
-            layout.modules_offset,
-        ),
-        (
-            std::mem::offset_of!(Layout, module_capacity),
-            layout.module_capacity,
-        ),
-        (
-            std::mem::offset_of!(Layout, stacks_offset),
-            layout.stacks_offset,
-        ),
-        (
-            std::mem::offset_of!(Layout, stack_capacity),
-            layout.stack_capacity,
-        ),
-        (
-            std::mem::offset_of!(Layout, frames_offset),
-            layout.frames_offset,
-        ),
-        (
-            std::mem::offset_of!(Layout, frame_capacity),
-            layout.frame_capacity,
-        ),
-        (std::mem::offset_of!(Layout, file_size), layout.file_size),
-    ];
+    let fields = super::plain::layout_fields(layout);
     for (offset, value) in fields {
         header[at + offset..at + offset + 8].copy_from_slice(&value.to_le_bytes());
     }

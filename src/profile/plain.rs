@@ -40,6 +40,24 @@ pub(crate) fn read_u64(bytes: &[u8], offset: usize) -> Option<u64> {
     Some(u64::from_le_bytes(word))
 }
 
+/// Each field of a [`Layout`](memwarden_abi::Layout) with its offset inside the struct, for
+/// writing a layout into header bytes field by field.
+pub(crate) fn layout_fields(l: &memwarden_abi::Layout) -> [(usize, u64); 9] {
+    use memwarden_abi::Layout;
+    use std::mem::offset_of;
+    [
+        (offset_of!(Layout, modules_offset), l.modules_offset),
+        (offset_of!(Layout, module_capacity), l.module_capacity),
+        (offset_of!(Layout, stacks_offset), l.stacks_offset),
+        (offset_of!(Layout, stack_capacity), l.stack_capacity),
+        (offset_of!(Layout, frames_offset), l.frames_offset),
+        (offset_of!(Layout, frame_capacity), l.frame_capacity),
+        (offset_of!(Layout, failures_offset), l.failures_offset),
+        (offset_of!(Layout, failure_capacity), l.failure_capacity),
+        (offset_of!(Layout, file_size), l.file_size),
+    ]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -229,7 +229,13 @@ fn check_header(header: &Header, len: u64) -> Result<(), ProfileError> {
         });
     }
     let l = header.layout;
-    if Layout::new(l.module_capacity, l.stack_capacity, l.frame_capacity) != Some(l) {
+    if Layout::new(
+        l.module_capacity,
+        l.stack_capacity,
+        l.frame_capacity,
+        l.failure_capacity,
+    ) != Some(l)
+    {
         return Err(ProfileError::Layout {
             modules: l.module_capacity,
             stacks: l.stack_capacity,

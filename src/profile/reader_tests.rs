@@ -191,7 +191,10 @@ fn identity_fields_are_checked() {
     );
     assert_eq!(
         error_of(&bytes),
-        "profile format version 2, this memwarden reads version 1"
+        format!(
+            "profile format version {}, this memwarden reads version {FORMAT_VERSION}",
+            FORMAT_VERSION + 1
+        )
     );
 
     let mut bytes = sample().build();

@@ -69,7 +69,7 @@ pub struct ProfileBuilder {
 impl ProfileBuilder {
     /// A profile of process `pid` with nothing recorded yet, max_depth 64, small capacities.
     pub fn new(pid: u32) -> Self {
-        let Some(layout) = Layout::new(16, 64, 1024) else {
+        let Some(layout) = Layout::new(16, 64, 1024, 16) else {
             unreachable!("small capacities fit")
         };
         let header = Header {
@@ -99,6 +99,10 @@ impl ProfileBuilder {
             reserved0: 0,
             lock_waits: 0,
             heap_cas_retries: 0,
+            failure_count: 0,
+            crash_signal: 0,
+            crash_depth: 0,
+            crash_frames: [0; memwarden_abi::CRASH_DEPTH],
             reserved: [0; 30],
             argv: [0; ARGV_CAPACITY],
         };
@@ -232,15 +236,7 @@ fn write_header(file: &mut [u8], h: &Header) {
     field!(start_monotonic_ns);
     let layout = offset_of!(Header, layout);
     let l = h.layout;
-    let words = [
-        (offset_of!(Layout, modules_offset), l.modules_offset),
-        (offset_of!(Layout, module_capacity), l.module_capacity),
-        (offset_of!(Layout, stacks_offset), l.stacks_offset),
-        (offset_of!(Layout, stack_capacity), l.stack_capacity),
-        (offset_of!(Layout, frames_offset), l.frames_offset),
-        (offset_of!(Layout, frame_capacity), l.frame_capacity),
-        (offset_of!(Layout, file_size), l.file_size),
-    ];
+    let words = super::plain::layout_fields(&l);
     for (offset, value) in words {
         put(file, layout + offset, &value.to_le_bytes());
     }
