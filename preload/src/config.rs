@@ -10,6 +10,9 @@ use crate::log;
 
 /// Where the CLI wants the profile files (`<dir>/raw/*.mwp`); no variable, no profiling.
 pub const OUTPUT_DIR_VARIABLE: &CStr = c"MEMWARDEN_OUTPUT_DIR";
+/// The `--fail` rules, in `memwarden-faults`' text syntax joined with `;` (validated by
+/// the CLI); no variable, no fault injection.
+pub const FAIL_VARIABLE: &CStr = c"MEMWARDEN_FAIL";
 
 /// A numeric option: its variable, default and accepted range.
 pub struct NumericOption {
@@ -25,9 +28,11 @@ pub const MAX_DEPTH: usize = 0;
 pub const STACK_CAPACITY: usize = 1;
 /// Frame words the profile file has room for.
 pub const FRAME_CAPACITY: usize = 2;
+/// The seed of `p=` rules (`--seed`).
+pub const SEED: usize = 3;
 
 /// Every numeric option, indexed by the constants above.
-pub const NUMERIC_OPTIONS: [NumericOption; 3] = [
+pub const NUMERIC_OPTIONS: [NumericOption; 4] = [
     NumericOption {
         variable: c"MEMWARDEN_MAX_DEPTH",
         default: defaults::MAX_DEPTH as u64,
@@ -47,11 +52,18 @@ pub const NUMERIC_OPTIONS: [NumericOption; 3] = [
         min: 1024,
         max: 1 << 32,
     },
+    NumericOption {
+        variable: c"MEMWARDEN_SEED",
+        default: 0,
+        min: 0,
+        max: u64::MAX,
+    },
 ];
 
 /// The options in force for this process.
 pub struct Config {
     pub output_dir: Vec<u8>,
+    pub fail_rules: Option<Vec<u8>>,
     pub numeric: [u64; NUMERIC_OPTIONS.len()],
 }
 
@@ -66,8 +78,12 @@ impl Config {
         for (value, option) in numeric.iter_mut().zip(NUMERIC_OPTIONS.iter()) {
             *value = read_numeric(option);
         }
+        let fail_rules = variable(FAIL_VARIABLE)
+            .map(|rules| rules.to_bytes().to_vec())
+            .filter(|rules| !rules.is_empty());
         Some(Config {
             output_dir,
+            fail_rules,
             numeric,
         })
     }

@@ -10,9 +10,13 @@
 use core::ffi::{c_int, c_void, CStr};
 use core::sync::atomic::{AtomicUsize, Ordering};
 
+use memwarden_abi::failed_function;
+
 use crate::block_header::{self, Tracked, HEADER_SIZE, MAX_TRACKED_SIZE};
+use crate::injection;
 use crate::lifecycle;
 use crate::real::{self, SavedErrno};
+use crate::recorder::Recorder;
 use crate::thread_state::Guard;
 use crate::unwind::Caller;
 
@@ -77,20 +81,53 @@ fn tracked_layout(source: Source, size: usize) -> Option<(usize, Source, usize)>
     Some((offset, glibc, payload.checked_add(offset)?))
 }
 
-/// Every allocating entry point: a tracked, headed block while profiling; glibc's plain
-/// answer otherwise.
+/// While profiling: the caller's stack id, or `None` if a `--fail` rule makes this call
+/// fail (errno is then ENOMEM and the failure is recorded).
 #[inline(always)]
-fn allocate(caller: Caller, source: Source, size: usize) -> *mut c_void {
+fn stack_unless_failed(
+    recorder: &Recorder,
+    guard: &Guard,
+    caller: Caller,
+    function: u32,
+    size: usize,
+) -> Option<u32> {
+    let errno = SavedErrno::save();
+    let stack = recorder.stack_of(guard, caller);
+    if let Some(injector) = injection::injector() {
+        if injector.fails(recorder, stack, function, size as u64) {
+            real::set_errno(libc::ENOMEM);
+            return None;
+        }
+    }
+    errno.restore();
+    Some(stack)
+}
+
+/// Charges a block glibc just made to `stack`.
+#[inline(always)]
+fn charge_new_block(recorder: &Recorder, stack: u32, size: usize) {
+    recorder.charge(stack, size as u64);
+    if let Some(injector) = injection::injector() {
+        injector.allocated(size as u64);
+    }
+}
+
+/// Every allocating entry point: a tracked, headed block while profiling (or a failure a
+/// `--fail` rule asks for); glibc's plain answer otherwise.
+#[inline(always)]
+fn allocate(caller: Caller, function: u32, source: Source, size: usize) -> *mut c_void {
     if let Some(recorder) = lifecycle::active() {
         if let Some(guard) = Guard::enter() {
             if let Some((offset, glibc, total)) = tracked_layout(source, size) {
+                let Some(stack) = stack_unless_failed(recorder, &guard, caller, function, size)
+                else {
+                    return core::ptr::null_mut();
+                };
                 let base = from_glibc(glibc, total);
                 if base.is_null() {
                     return base;
                 }
-                let errno = SavedErrno::save();
-                let stack = recorder.charge_allocation(&guard, caller, size as u64);
-                errno.restore();
+                charge_new_block(recorder, stack, size);
                 // SAFETY: `base` has room for `offset + size` bytes; offset is a power of two
                 // ≥ 16; size and stack are within the header's limits.
                 return unsafe { block_header::write(base, offset, size as u64, stack) };
@@ -130,14 +167,14 @@ fn release(block: *mut c_void) {
 }
 
 /// `realloc` and `reallocarray`: the release of the old block and an allocation of the new
-/// size at the caller's stack, or nothing at all if glibc fails.
-fn reallocate(caller: Caller, block: *mut c_void, size: usize) -> *mut c_void {
+/// size at the caller's stack, or nothing at all if glibc (or a `--fail` rule) refuses.
+fn reallocate(caller: Caller, function: u32, block: *mut c_void, size: usize) -> *mut c_void {
     if block.is_null() {
-        return allocate(caller, Source::Malloc, size);
+        return allocate(caller, function, Source::Malloc, size);
     }
     // SAFETY: non-null pointer from the malloc family (C contract of realloc).
     let Some(tracked) = (unsafe { block_header::read(block) }) else {
-        return reallocate_untracked(caller, block, size);
+        return reallocate_untracked(caller, function, block, size);
     };
     if size == 0 {
         // glibc's realloc(p, 0) frees the block and returns NULL.
@@ -147,7 +184,7 @@ fn reallocate(caller: Caller, block: *mut c_void, size: usize) -> *mut c_void {
         return core::ptr::null_mut();
     }
     if tracked.offset != HEADER_SIZE {
-        return move_block(caller, block, &tracked, size);
+        return move_block(caller, function, block, &tracked, size);
     }
     let Some(total) = size
         .checked_add(HEADER_SIZE)
@@ -156,26 +193,34 @@ fn reallocate(caller: Caller, block: *mut c_void, size: usize) -> *mut c_void {
         real::set_errno(libc::ENOMEM);
         return core::ptr::null_mut();
     };
+    let tracking = lifecycle::active().zip(Guard::enter());
+    let mut stack = tracked.stack;
+    if let Some((recorder, guard)) = &tracking {
+        match stack_unless_failed(recorder, guard, caller, function, size) {
+            Some(new_stack) => stack = new_stack,
+            None => return core::ptr::null_mut(),
+        }
+    }
     // SAFETY: the tracked block's glibc start, resized to hold the header and `size` bytes.
     let moved = unsafe { real::__libc_realloc(tracked.base, total) };
     if moved.is_null() {
         return moved;
     }
-    let errno = SavedErrno::save();
-    let stack = match lifecycle::active().zip(Guard::enter()) {
-        Some((recorder, guard)) => {
-            recorder.charge_release(&guard, tracked.stack, tracked.size);
-            recorder.charge_allocation(&guard, caller, size as u64)
-        }
-        None => tracked.stack,
-    };
-    errno.restore();
+    if let Some((recorder, guard)) = &tracking {
+        recorder.charge_release(guard, tracked.stack, tracked.size);
+        charge_new_block(recorder, stack, size);
+    }
     // SAFETY: `moved` holds HEADER_SIZE + size bytes; the header is rewritten in place.
     unsafe { block_header::write(moved, HEADER_SIZE, size as u64, stack) }
 }
 
 /// realloc of a block memwarden did not track: it becomes tracked if profiling is on.
-fn reallocate_untracked(caller: Caller, block: *mut c_void, size: usize) -> *mut c_void {
+fn reallocate_untracked(
+    caller: Caller,
+    function: u32,
+    block: *mut c_void,
+    size: usize,
+) -> *mut c_void {
     let tracking = lifecycle::active().zip(Guard::enter());
     let total = size
         .checked_add(HEADER_SIZE)
@@ -184,12 +229,14 @@ fn reallocate_untracked(caller: Caller, block: *mut c_void, size: usize) -> *mut
         // SAFETY: forwards the caller's arguments.
         return unsafe { real::__libc_realloc(block, size) };
     };
+    let Some(stack) = stack_unless_failed(recorder, &guard, caller, function, size) else {
+        return core::ptr::null_mut();
+    };
     // SAFETY: an untracked glibc block, resized with room for a header.
     let moved = unsafe { real::__libc_realloc(block, total) };
     if moved.is_null() {
         return moved;
     }
-    let errno = SavedErrno::save();
     // SAFETY: the old contents are at the start of `moved`, which holds size + 16 bytes;
     // shifting `size` bytes up by 16 stays inside it.
     unsafe {
@@ -199,16 +246,21 @@ fn reallocate_untracked(caller: Caller, block: *mut c_void, size: usize) -> *mut
             size,
         )
     };
-    let stack = recorder.charge_allocation(&guard, caller, size as u64);
-    errno.restore();
+    charge_new_block(recorder, stack, size);
     // SAFETY: `moved` holds HEADER_SIZE + size bytes.
     unsafe { block_header::write(moved, HEADER_SIZE, size as u64, stack) }
 }
 
 /// realloc of an aligned block: a new block, a copy, a free (glibc does not keep the
 /// alignment across realloc either).
-fn move_block(caller: Caller, block: *mut c_void, tracked: &Tracked, size: usize) -> *mut c_void {
-    let fresh = allocate(caller, Source::Malloc, size);
+fn move_block(
+    caller: Caller,
+    function: u32,
+    block: *mut c_void,
+    tracked: &Tracked,
+    size: usize,
+) -> *mut c_void {
+    let fresh = allocate(caller, function, Source::Malloc, size);
     if fresh.is_null() {
         return fresh;
     }
@@ -270,7 +322,12 @@ export_with_caller!(
     malloc => malloc_body, entry_sp: "rsi", bp: "rdx"
 );
 extern "C" fn malloc_body(size: usize, entry_sp: u64, bp: u64) -> *mut c_void {
-    allocate(caller(entry_sp, bp), Source::Malloc, size)
+    allocate(
+        caller(entry_sp, bp),
+        failed_function::MALLOC,
+        Source::Malloc,
+        size,
+    )
 }
 
 export_with_caller!(
@@ -280,7 +337,12 @@ export_with_caller!(
 );
 extern "C" fn calloc_body(count: usize, size: usize, entry_sp: u64, bp: u64) -> *mut c_void {
     match array_size(count, size) {
-        Some(total) => allocate(caller(entry_sp, bp), Source::Calloc, total),
+        Some(total) => allocate(
+            caller(entry_sp, bp),
+            failed_function::CALLOC,
+            Source::Calloc,
+            total,
+        ),
         None => core::ptr::null_mut(),
     }
 }
@@ -291,7 +353,7 @@ export_with_caller!(
     realloc => realloc_body, entry_sp: "rdx", bp: "rcx"
 );
 extern "C" fn realloc_body(block: *mut c_void, size: usize, entry_sp: u64, bp: u64) -> *mut c_void {
-    reallocate(caller(entry_sp, bp), block, size)
+    reallocate(caller(entry_sp, bp), failed_function::REALLOC, block, size)
 }
 
 export_with_caller!(
@@ -307,7 +369,12 @@ extern "C" fn reallocarray_body(
     bp: u64,
 ) -> *mut c_void {
     match array_size(count, size) {
-        Some(total) => reallocate(caller(entry_sp, bp), block, total),
+        Some(total) => reallocate(
+            caller(entry_sp, bp),
+            failed_function::REALLOCARRAY,
+            block,
+            total,
+        ),
         None => core::ptr::null_mut(),
     }
 }
@@ -340,7 +407,12 @@ unsafe extern "C" fn posix_memalign_body(
         return libc::EINVAL;
     }
     let errno = SavedErrno::save();
-    let block = allocate(caller(entry_sp, bp), Source::Aligned(alignment), size);
+    let block = allocate(
+        caller(entry_sp, bp),
+        failed_function::POSIX_MEMALIGN,
+        Source::Aligned(alignment),
+        size,
+    );
     errno.restore();
     if block.is_null() {
         return libc::ENOMEM;
@@ -353,17 +425,34 @@ unsafe extern "C" fn posix_memalign_body(
 export_with_caller!(
     /// # Safety
     /// The C contract of `aligned_alloc`.
-    aligned_alloc => memalign_body, entry_sp: "rdx", bp: "rcx"
+    aligned_alloc => aligned_alloc_body, entry_sp: "rdx", bp: "rcx"
 );
+/// `aligned_alloc`, which is memalign in glibc 2.36 (same rounding of odd alignments).
+extern "C" fn aligned_alloc_body(
+    alignment: usize,
+    size: usize,
+    entry_sp: u64,
+    bp: u64,
+) -> *mut c_void {
+    allocate(
+        caller(entry_sp, bp),
+        failed_function::ALIGNED_ALLOC,
+        Source::Aligned(alignment),
+        size,
+    )
+}
 export_with_caller!(
     /// # Safety
     /// The C contract of `memalign`.
     memalign => memalign_body, entry_sp: "rdx", bp: "rcx"
 );
-/// `memalign`, and `aligned_alloc`, which is memalign in glibc 2.36 (same rounding of odd
-/// alignments).
 extern "C" fn memalign_body(alignment: usize, size: usize, entry_sp: u64, bp: u64) -> *mut c_void {
-    allocate(caller(entry_sp, bp), Source::Aligned(alignment), size)
+    allocate(
+        caller(entry_sp, bp),
+        failed_function::MEMALIGN,
+        Source::Aligned(alignment),
+        size,
+    )
 }
 
 export_with_caller!(
@@ -372,7 +461,12 @@ export_with_caller!(
     valloc => valloc_body, entry_sp: "rsi", bp: "rdx"
 );
 extern "C" fn valloc_body(size: usize, entry_sp: u64, bp: u64) -> *mut c_void {
-    allocate(caller(entry_sp, bp), Source::Valloc, size)
+    allocate(
+        caller(entry_sp, bp),
+        failed_function::VALLOC,
+        Source::Valloc,
+        size,
+    )
 }
 
 export_with_caller!(
@@ -381,7 +475,12 @@ export_with_caller!(
     pvalloc => pvalloc_body, entry_sp: "rsi", bp: "rdx"
 );
 extern "C" fn pvalloc_body(size: usize, entry_sp: u64, bp: u64) -> *mut c_void {
-    allocate(caller(entry_sp, bp), Source::Pvalloc, size)
+    allocate(
+        caller(entry_sp, bp),
+        failed_function::PVALLOC,
+        Source::Pvalloc,
+        size,
+    )
 }
 
 #[no_mangle]

@@ -15,10 +15,14 @@
 mod accounting;
 mod block_header;
 mod config;
+mod crash;
+mod elf_symbols;
 mod exits;
 mod fork;
 mod hooks;
 mod hooks_dl;
+mod hooks_mmap;
+mod injection;
 mod libc_alloc;
 mod lifecycle;
 mod log;

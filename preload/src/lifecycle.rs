@@ -6,12 +6,12 @@ use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU8, Ordering};
 
 use memwarden_abi::{degraded_reason, flags, Header};
 
-use crate::config::Config;
+use crate::config::{Config, SEED};
 use crate::log;
 use crate::profile_file::Identity;
 use crate::recorder::Recorder;
 use crate::thread_state::Guard;
-use crate::{fork, snapshot, unwind};
+use crate::{crash, fork, injection, snapshot, unwind};
 
 const UNINITIALIZED: u8 = 0;
 const INITIALIZING: u8 = 1;
@@ -70,6 +70,18 @@ pub fn initialize() {
             unwind::install_thread_exit_hook();
             snapshot::rebuild(&guard, Some(&recorder.file));
             recorder.note_own_malloc();
+            if let Some(rules) = &recorder.config.fail_rules {
+                let executable = crate::modules::executable_path();
+                let name = executable
+                    .rsplit(|&b| b == b'/')
+                    .next()
+                    .unwrap_or(&executable);
+                let stacks = recorder.file.layout().stack_capacity;
+                injection::install(rules, recorder.config.numeric[SEED], name, stacks);
+                if injection::injector().is_some() {
+                    crash::install();
+                }
+            }
             fork::install();
             STATE.store(ACTIVE, Ordering::Release);
         }

@@ -243,7 +243,8 @@ unsafe fn gnu_build_id(start: u64, len: u64) -> Vec<u8> {
     Vec::new()
 }
 
-fn executable_path() -> Vec<u8> {
+/// The path of the running executable (`/proc/self/exe`).
+pub fn executable_path() -> Vec<u8> {
     let mut buffer = [0u8; 4096];
     // SAFETY: readlink into a local buffer of the given size.
     let length = unsafe {

@@ -242,6 +242,16 @@ impl ProfileFile {
         }
     }
 
+    pub fn failure(&self, index: u64) -> *mut memwarden_abi::FailureRecord {
+        debug_assert!(index < self.layout.failure_capacity);
+        // SAFETY: callers pass indexes below failure_capacity.
+        unsafe {
+            self.base
+                .add(self.layout.failure_offset(index) as usize)
+                .cast()
+        }
+    }
+
     pub fn frame_words(&self, start: u64) -> *mut u64 {
         debug_assert!(start < self.layout.frame_capacity);
         // SAFETY: callers pass word indexes below frame_capacity.

@@ -1,7 +1,7 @@
 //! Event → store: turns one interposed call into its effects — capture the stack, intern
 //! it, and charge the stack's accounting.
 
-use core::sync::atomic::Ordering;
+use core::sync::atomic::{AtomicU64, Ordering};
 
 use memwarden_abi::{degraded_reason, exit_kind, flags, Header, Layout};
 
@@ -50,15 +50,42 @@ impl Recorder {
         })
     }
 
-    /// Captures the caller's stack and charges it an allocation of `size` bytes; returns
-    /// the stack's id, for the block's header.
-    pub fn charge_allocation(&self, guard: &Guard, caller: Caller, size: u64) -> u32 {
+    /// The id of the caller's stack (captured and interned).
+    pub fn stack_of(&self, guard: &Guard, caller: Caller) -> u32 {
         let intern = |frames: &[u64]| self.stacks.intern(&self.file, frames);
-        let stack = unwind::caller_stack(guard, caller, self.config.max_depth(), &intern);
+        unwind::caller_stack(guard, caller, self.config.max_depth(), &intern)
+    }
+
+    /// Charges an allocation of `size` bytes to `stack`.
+    pub fn charge(&self, stack: u32, size: u64) {
         if !accounting::allocate(&self.file, stack, size) {
             lifecycle::degrade(degraded_reason::COUNTER_OVERFLOW);
         }
-        stack
+    }
+
+    /// The frames of a stored stack (empty for the unknown stack or a bad id).
+    pub fn frames_of(&self, stack: u32) -> &[u64] {
+        let count = self
+            .file
+            .counter(core::mem::offset_of!(Header, stack_count))
+            .load(Ordering::Acquire);
+        if u64::from(stack) >= count {
+            return &[];
+        }
+        let record = self.file.stack(u64::from(stack));
+        // SAFETY: ids handed out by the stack table have their frames written before the id
+        // is published, and frames never change; the slice lies inside the frame area.
+        unsafe {
+            core::slice::from_raw_parts(
+                self.file.frame_words((*record).frames_start),
+                (*record).depth as usize,
+            )
+        }
+    }
+
+    /// The contention counter, for locks the recorder's helpers take.
+    pub fn waits(&self) -> &AtomicU64 {
+        self.file.counter(core::mem::offset_of!(Header, lock_waits))
     }
 
     /// Charges the release of a block of `size` bytes to the stack that allocated it.

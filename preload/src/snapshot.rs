@@ -52,12 +52,25 @@ pub struct Snapshot {
     pub(crate) unwinder: UnwinderX86_64<MappedBytes>,
     /// `(start, end)` of each module, sorted by start.
     ranges: Vec<(u64, u64)>,
+    /// Each module's path and load bias, in the order of `ranges`.
+    places: Vec<(Vec<u8>, u64)>,
     /// This library's own range: its frames are dropped from the top of every stack.
     own: (u64, u64),
     pub(crate) loader_generation: u64,
 }
 
 impl Snapshot {
+    /// The path and load bias of the module holding `address`.
+    pub fn module_of(&self, address: u64) -> Option<(&[u8], u64)> {
+        let after = self.ranges.partition_point(|&(start, _)| start <= address);
+        let index = after.checked_sub(1)?;
+        if address >= self.ranges[index].1 {
+            return None;
+        }
+        let (path, base) = &self.places[index];
+        Some((path.as_slice(), *base))
+    }
+
     /// True if `address` lies in this library.
     pub fn is_own(&self, address: u64) -> bool {
         (self.own.0..self.own.1).contains(&address)
@@ -97,14 +110,19 @@ pub fn rebuild(_guard: &Guard, file: Option<&ProfileFile>) {
     let mut unwinder = UnwinderX86_64::new();
     let mut ranges = Vec::with_capacity(loaded.len());
     for module in &loaded {
-        ranges.push((module.start, module.end));
+        ranges.push((module.start, module.end, module.path.clone(), module.base));
         unwinder.add_module(framehop_module(module));
     }
-    ranges.sort_unstable();
+    ranges.sort_unstable_by_key(|&(start, ..)| start);
+    let (ranges, places) = ranges
+        .into_iter()
+        .map(|(start, end, path, base)| ((start, end), (path, base)))
+        .unzip();
     let fresh = Box::into_raw(Box::new(Snapshot {
         unwinder,
         ranges,
         own,
+        places,
         loader_generation,
     }));
     // The previous snapshot is leaked on purpose: another thread may be unwinding with it.

@@ -363,3 +363,78 @@ fn step(
     }
     FrameAddress::from_return_address(return_address)
 }
+
+/// The frames of an arbitrary register state — a signal's context, say — innermost first:
+/// `ip` itself, then return addresses, at most `out.len()`. Not memoized: for rare events.
+pub fn frames_from(guard: &Guard, ip: u64, sp: u64, bp: u64, out: &mut [u64]) -> usize {
+    let Some(snapshot) = snapshot() else {
+        return 0;
+    };
+    let top = guard.stack_top();
+    let mut read_stack = |address: u64| {
+        if address >= sp && address.saturating_add(8) <= top && address.is_multiple_of(8) {
+            // SAFETY: the word lies between the given stack pointer and the top of this
+            // thread's stack, which is mapped and readable.
+            Ok(unsafe { *(address as *const u64) })
+        } else {
+            Err(())
+        }
+    };
+    // SAFETY: this thread's state; the guard proves no other frame of this thread uses it.
+    let state = unsafe { &mut *thread_unwinder(guard) };
+    let mut regs = UnwindRegsX86_64::new(ip, sp, bp);
+    let mut address = FrameAddress::from_instruction_pointer(ip);
+    let mut count = 0;
+    while count < out.len() {
+        out[count] = address.address();
+        count += 1;
+        let cache = &mut state.rules[rule_cache_index(&address)];
+        match step(snapshot, address, &mut regs, cache, &mut read_stack) {
+            Some(next) => address = next,
+            None => break,
+        }
+    }
+    count
+}
+
+/// The caller of the hook that calls this: the first frame outside memwarden, found by
+/// unwinding from here. For the few hooks without an entry stub (`mmap`).
+#[inline(never)]
+pub fn caller_here(guard: &Guard) -> Option<Caller> {
+    let snapshot = snapshot()?;
+    let (ip, sp, bp): (u64, u64, u64);
+    // SAFETY: reads three registers; touches no memory and no flags.
+    unsafe {
+        core::arch::asm!(
+            "lea {ip}, [rip]",
+            "mov {sp}, rsp",
+            "mov {bp}, rbp",
+            ip = out(reg) ip,
+            sp = out(reg) sp,
+            bp = out(reg) bp,
+            options(nomem, nostack, preserves_flags),
+        );
+    }
+    let top = guard.stack_top();
+    let mut read_stack = |address: u64| {
+        if address >= sp && address.saturating_add(8) <= top && address.is_multiple_of(8) {
+            // SAFETY: between this function's stack pointer and the thread's stack top.
+            Ok(unsafe { *(address as *const u64) })
+        } else {
+            Err(())
+        }
+    };
+    // SAFETY: this thread's state; the guard proves no other frame of this thread uses it.
+    let state = unsafe { &mut *thread_unwinder(guard) };
+    let mut regs = UnwindRegsX86_64::new(ip, sp, bp);
+    let mut address = FrameAddress::from_instruction_pointer(ip);
+    while snapshot.is_own(address.address()) {
+        let cache = &mut state.rules[rule_cache_index(&address)];
+        address = step(snapshot, address, &mut regs, cache, &mut read_stack)?;
+    }
+    Some(Caller {
+        return_address: address.address(),
+        sp: regs.sp(),
+        bp: regs.bp(),
+    })
+}

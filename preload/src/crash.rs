@@ -1,0 +1,115 @@
+//! Interposed call → event: where a program under fault injection crashes. With `--fail`
+//! rules armed, fatal signals (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT) first pass through
+//! this handler, which writes the signal and the faulting stack into the profile, puts the
+//! program's previous disposition back and lets the signal take its course — so the program
+//! dies (or handles it) exactly as it would have, and `memwarden sweep` can say where.
+
+use core::cell::UnsafeCell;
+use core::sync::atomic::{AtomicBool, Ordering};
+
+use memwarden_abi::{Header, CRASH_DEPTH};
+
+use crate::lifecycle;
+use crate::thread_state::Guard;
+use crate::unwind;
+
+const SIGNALS: [libc::c_int; 5] = [
+    libc::SIGSEGV,
+    libc::SIGBUS,
+    libc::SIGFPE,
+    libc::SIGILL,
+    libc::SIGABRT,
+];
+
+/// The dispositions found at installation, restored before a signal proceeds.
+struct Previous(UnsafeCell<[libc::sigaction; SIGNALS.len()]>);
+
+// SAFETY: written once by `install` before any handler can run, then only read.
+unsafe impl Sync for Previous {}
+
+static PREVIOUS: Previous = Previous(UnsafeCell::new(
+    // SAFETY: sigaction is plain data; all-zero is SIG_DFL with no flags.
+    unsafe { core::mem::zeroed() },
+));
+static RECORDED: AtomicBool = AtomicBool::new(false);
+
+/// Installs the handler for every fatal signal, keeping the previous dispositions.
+pub fn install() {
+    for (index, &signal) in SIGNALS.iter().enumerate() {
+        // SAFETY: sigaction is plain data; the handler has the SA_SIGINFO signature; the
+        // previous disposition is written into this signal's own slot.
+        unsafe {
+            let mut action: libc::sigaction = core::mem::zeroed();
+            action.sa_sigaction = on_fatal_signal as *const () as usize;
+            action.sa_flags = libc::SA_SIGINFO;
+            libc::sigemptyset(&mut action.sa_mask);
+            let previous = (*PREVIOUS.0.get()).as_mut_ptr().add(index);
+            libc::sigaction(signal, &action, previous);
+        }
+    }
+}
+
+extern "C" fn on_fatal_signal(
+    signal: libc::c_int,
+    info: *mut libc::siginfo_t,
+    context: *mut libc::c_void,
+) {
+    if !RECORDED.swap(true, Ordering::AcqRel) {
+        record(signal, context);
+    }
+    let Some(index) = SIGNALS.iter().position(|&s| s == signal) else {
+        return;
+    };
+    // SAFETY: restores the disposition saved by `install` for this signal.
+    unsafe {
+        libc::sigaction(
+            signal,
+            (*PREVIOUS.0.get()).as_ptr().add(index),
+            core::ptr::null_mut(),
+        )
+    };
+    // SAFETY: `info` is the kernel's siginfo for this delivery.
+    let sent = info.is_null() || unsafe { (*info).si_code } <= 0;
+    if sent {
+        // Sent by kill, raise or abort: returning would not repeat it, so send it again
+        // (it is delivered, to the restored disposition, when this handler returns).
+        // SAFETY: raise has no preconditions.
+        unsafe { libc::raise(signal) };
+    }
+    // A fault repeats when the instruction runs again, now meeting the old disposition.
+}
+
+/// Writes the signal and the stack at the fault into the profile.
+fn record(signal: libc::c_int, context: *mut libc::c_void) {
+    let Some(recorder) = lifecycle::recorder() else {
+        return;
+    };
+    let mut frames = [0u64; CRASH_DEPTH];
+    let mut depth = 0;
+    if !context.is_null() {
+        // SAFETY: with SA_SIGINFO, the third argument is the interrupted ucontext.
+        let registers = unsafe { &(*context.cast::<libc::ucontext_t>()).uc_mcontext.gregs };
+        let ip = registers[libc::REG_RIP as usize] as u64;
+        let sp = registers[libc::REG_RSP as usize] as u64;
+        let bp = registers[libc::REG_RBP as usize] as u64;
+        // Inside a hook (the guard is taken), only the faulting address is safe to record.
+        match Guard::enter() {
+            Some(guard) => depth = unwind::frames_from(&guard, ip, sp, bp, &mut frames),
+            None => {
+                frames[0] = ip;
+                depth = 1;
+            }
+        }
+    }
+    let header = recorder.file.header();
+    // SAFETY: plain stores into this process's own header; the crash fields are written
+    // only here, once.
+    unsafe {
+        (*header).crash_frames = frames;
+        (*header).crash_depth = depth as u32;
+    }
+    recorder
+        .file
+        .word32(core::mem::offset_of!(Header, crash_signal))
+        .store(signal as u32, Ordering::Release);
+}
