@@ -1,7 +1,8 @@
-//! Interposed call → event (fault-injection filters): function names for addresses in this
-//! process, read from each module's ELF symbol tables (`.symtab`, else `.dynsym`) on disk.
-//! Used once per unique stack when a `--fail` rule filters by function name; never on the
-//! hot path. The file is read with plain system calls into the preload's own heap.
+//! Interposed call → event (fault-injection filters): names for addresses in this process —
+//! the function from each module's ELF symbol tables (`.symtab`, else `.dynsym`), demangled,
+//! and the source file from its DWARF line table (addr2line), both read from the files on
+//! disk. Used once per unique stack when a `--fail` rule filters by function or file name;
+//! never on the hot path.
 
 use std::collections::HashMap;
 
@@ -27,20 +28,33 @@ impl ModuleFunctions {
     }
 }
 
-/// Symbol tables loaded so far, by module path.
+/// Symbol tables and line tables loaded so far, by module path.
 #[derive(Default)]
 pub struct SymbolCache {
     modules: HashMap<Vec<u8>, Option<ModuleFunctions>>,
+    lines: HashMap<Vec<u8>, Option<addr2line::Loader>>,
 }
 
 impl SymbolCache {
-    /// The function name at `offset` in the module file at `path`.
-    pub fn function_name(&mut self, path: &[u8], offset: u64) -> Option<&[u8]> {
+    /// The demangled name of the function at `offset` in the module file at `path`.
+    pub fn function_name(&mut self, path: &[u8], offset: u64) -> Option<String> {
         let functions = self
             .modules
             .entry(path.to_vec())
             .or_insert_with(|| read_file(path).and_then(|bytes| parse(&bytes)));
-        functions.as_ref()?.name_at(offset)
+        let raw = String::from_utf8_lossy(functions.as_ref()?.name_at(offset)?).into_owned();
+        Some(addr2line::demangle_auto(raw.into(), None).into_owned())
+    }
+
+    /// The source file of the code at `offset` in the module file at `path`, where the
+    /// module carries DWARF line information.
+    pub fn file_name(&mut self, path: &[u8], offset: u64) -> Option<String> {
+        let loader = self.lines.entry(path.to_vec()).or_insert_with(|| {
+            use std::os::unix::ffi::OsStrExt;
+            addr2line::Loader::new(std::ffi::OsStr::from_bytes(path)).ok()
+        });
+        let location = loader.as_ref()?.find_location(offset).ok()??;
+        location.file.map(str::to_owned)
     }
 }
 

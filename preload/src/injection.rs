@@ -11,7 +11,7 @@ use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicU8, Ordering};
 
 use memwarden_abi::{failed_function, FailureRecord, Header};
-use memwarden_faults::{calls, parse_rules, site_key, Call, FrameGlob, Rule};
+use memwarden_faults::{calls, parse_rules, site_key, Call, FrameGlob, FrameTarget, Rule};
 
 use crate::elf_symbols::SymbolCache;
 use crate::profile_file::clock_ns;
@@ -263,14 +263,28 @@ impl Injector {
         // SAFETY: the symbol cache is only touched while `symbols_lock` is held.
         let symbols = unsafe { &mut *self.symbols.get() };
         let mut any_in = rule.only_in.is_empty();
+        // DWARF is loaded only for rules that look at files.
+        let wants_files = rule
+            .only_in
+            .iter()
+            .chain(&rule.never_in)
+            .any(|g| matches!(g.target, FrameTarget::File | FrameTarget::Any));
         for &ra in frames {
             let call = ra.wrapping_sub(1);
             let (path, base) = snapshot.module_of(call).unwrap_or((b"", 0));
             let module = file_name(path);
-            let function = symbols
-                .function_name(path, call.wrapping_sub(base))
-                .unwrap_or(b"");
-            let hit = |globs: &[FrameGlob]| globs.iter().any(|g| g.matches(function, b"", module));
+            let offset = call.wrapping_sub(base);
+            let function = symbols.function_name(path, offset).unwrap_or_default();
+            let file = if wants_files {
+                symbols.file_name(path, offset).unwrap_or_default()
+            } else {
+                String::new()
+            };
+            let hit = |globs: &[FrameGlob]| {
+                globs
+                    .iter()
+                    .any(|g| g.matches(function.as_bytes(), file.as_bytes(), module))
+            };
             if hit(&rule.never_in) {
                 return NO;
             }
