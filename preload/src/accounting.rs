@@ -15,6 +15,7 @@ use memwarden_abi::{Header, StackRecord};
 use crate::fork;
 use crate::profile_file::{clock_ns, ProfileFile};
 use crate::spin::{self, SpinGuard};
+use crate::thread_state::single_threaded;
 
 fn pack(live: u64, peak: u64) -> u128 {
     u128::from(live) | (u128::from(peak) << 64)
@@ -22,19 +23,6 @@ fn pack(live: u64, peak: u64) -> u128 {
 
 fn unpack(word: u128) -> (u64, u64) {
     (word as u64, (word >> 64) as u64)
-}
-
-extern "C" {
-    /// glibc (2.32+): non-zero until the process creates its first thread.
-    static __libc_single_threaded: libc::c_char;
-}
-
-/// True while no second thread has ever existed. Only this thread could create one, and it
-/// is inside a hook, so the answer holds for the whole event.
-#[inline(always)]
-fn single_threaded() -> bool {
-    // SAFETY: a byte glibc exports for exactly this purpose; read-only here.
-    unsafe { core::ptr::read_volatile(&raw const __libc_single_threaded) != 0 }
 }
 
 /// Locks a stack record, waiting while a fork is copying the profile. No lock is needed

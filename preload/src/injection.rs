@@ -18,6 +18,7 @@ use crate::profile_file::clock_ns;
 use crate::recorder::Recorder;
 use crate::snapshot::{self, Snapshot};
 use crate::spin;
+use crate::thread_state::single_threaded;
 
 /// One byte per stack id, computed on first use (0: not yet known).
 struct PerStack {
@@ -198,7 +199,7 @@ impl Injector {
                     continue;
                 }
             }
-            let n = armed.matched.fetch_add(1, Ordering::Relaxed) + 1;
+            let n = bump(&armed.matched);
             let fired = armed.fired.load(Ordering::Relaxed);
             if !armed.rule.fires(n, fired, &call, self.seed, index as u32) {
                 continue;
@@ -222,7 +223,7 @@ impl Injector {
     #[inline(always)]
     pub fn allocated(&self, size: u64) {
         if self.counts_bytes {
-            self.allocated.fetch_add(size, Ordering::Relaxed);
+            add(&self.allocated, size);
         }
     }
 
@@ -296,6 +297,25 @@ impl Injector {
             NO
         }
     }
+}
+
+/// Adds to a counter: without a locked instruction while the process has one thread (no
+/// other thread can race), atomically otherwise.
+#[inline(always)]
+fn add(counter: &AtomicU64, amount: u64) -> u64 {
+    if single_threaded() {
+        let value = counter.load(Ordering::Relaxed) + amount;
+        counter.store(value, Ordering::Relaxed);
+        value
+    } else {
+        counter.fetch_add(amount, Ordering::Relaxed) + amount
+    }
+}
+
+/// The next value of a call counter.
+#[inline(always)]
+fn bump(counter: &AtomicU64) -> u64 {
+    add(counter, 1)
 }
 
 /// A frame as the site key sees it: its module's file name and its module-relative offset

@@ -96,3 +96,16 @@ fn query_stack_top() -> u64 {
         (low as u64).saturating_add(size as u64)
     }
 }
+
+extern "C" {
+    /// glibc (2.32+): non-zero until the process creates its first thread.
+    static __libc_single_threaded: libc::c_char;
+}
+
+/// True while no second thread has ever existed. Only this thread could create one, and it
+/// is inside a hook, so the answer holds for the whole event.
+#[inline(always)]
+pub fn single_threaded() -> bool {
+    // SAFETY: a byte glibc exports for exactly this purpose; read-only here.
+    unsafe { core::ptr::read_volatile(&raw const __libc_single_threaded) != 0 }
+}
