@@ -48,7 +48,7 @@ impl std::fmt::Display for Exit {
 }
 
 /// The usual name of a Linux signal number (x86-64 / aarch64 numbering).
-fn signal_name(signal: i32) -> Option<&'static str> {
+pub(crate) fn signal_name(signal: i32) -> Option<&'static str> {
     const NAMES: [&str; 32] = [
         "",
         "SIGHUP",

@@ -3,6 +3,7 @@
 
 mod compact;
 mod dir;
+mod failures;
 mod plain;
 mod reader;
 #[cfg(any(test, feature = "synthetic"))]
@@ -10,7 +11,7 @@ pub mod synthetic;
 
 use std::path::PathBuf;
 
-use memwarden_abi::{flags, StackRecord, MODULE_MAIN, MODULE_VDSO};
+use memwarden_abi::{flags, FailureRecord, StackRecord, MODULE_MAIN, MODULE_VDSO};
 
 use crate::Exit;
 
@@ -61,6 +62,23 @@ pub struct Profile {
     pub modules: Vec<Module>,
     /// The stacks that count: the reserved id 0 and every published record, by id.
     pub stacks: Vec<Stack>,
+    /// Allocation failures injected by `--fail` rules, stored or not.
+    pub failure_count: u64,
+    /// The stored failure records (at most the file's capacity), in the order claimed;
+    /// function codes are known and stack ids are below the stack count.
+    pub failures: Vec<FailureRecord>,
+    /// The fatal signal the preload caught and where, if it caught one.
+    pub crash: Option<Crash>,
+}
+
+/// Where a process crashed, as the preload recorded it from its signal handler.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Crash {
+    /// The fatal signal.
+    pub signal: u32,
+    /// Innermost first; frame 0 is the faulting instruction's address (not a return
+    /// address), the others are return addresses.
+    pub frames: Vec<u64>,
 }
 
 impl Profile {
@@ -72,6 +90,14 @@ impl Profile {
     /// Whether the process was created by `fork` (and started with its parent's heap).
     pub fn forked(&self) -> bool {
         self.has_flag(flags::FORKED)
+    }
+
+    /// The stack with this id, if it is published (or the reserved id 0).
+    pub fn stack(&self, id: u32) -> Option<&Stack> {
+        self.stacks
+            .binary_search_by_key(&id, |s| s.id)
+            .ok()
+            .map(|index| &self.stacks[index])
     }
 
     /// The module whose `[start, end)` holds `address`; the most recently loaded one if
@@ -149,6 +175,10 @@ impl std::fmt::Debug for Stack {
 #[cfg(test)]
 #[path = "reader_tests.rs"]
 mod reader_tests;
+
+#[cfg(test)]
+#[path = "failures_tests.rs"]
+mod failures_tests;
 
 #[cfg(test)]
 mod tests {

@@ -3,7 +3,8 @@
 //! panic or an out-of-bounds read.
 //!
 //! Only the regions in use are read (header, `module_count` modules, `stack_count` stacks,
-//! `frame_words_used` frames): the file is sized for its capacities and mostly sparse.
+//! `frame_words_used` frames, the stored failure records): the file is sized for its
+//! capacities and mostly sparse.
 
 use std::fs::File;
 use std::io;
@@ -12,9 +13,11 @@ use std::path::Path;
 
 use memwarden_abi::{
     exit_kind, Header, Layout, ModuleRecord, StackRecord, ARGV_CAPACITY, BUILD_ID_CAPACITY,
-    FORMAT_VERSION, HEADER_SIZE, MAGIC, MAX_DEPTH_LIMIT, MODULE_PATH_CAPACITY, UNKNOWN_STACK_ID,
+    CRASH_DEPTH, FORMAT_VERSION, HEADER_SIZE, MAGIC, MAX_DEPTH_LIMIT, MODULE_PATH_CAPACITY,
+    UNKNOWN_STACK_ID,
 };
 
+use super::failures::{failure_region, parse_crash, parse_failures};
 use super::plain::{read_plain, read_u64};
 use super::{Module, Profile, Stack};
 use crate::{Error, Exit};
@@ -114,6 +117,20 @@ pub enum ProfileError {
         /// What is wrong.
         what: String,
     },
+    /// An injected-failure record that does not fit the rest of the file.
+    #[error("injected failure {index}: {what}")]
+    Failure {
+        /// Record index.
+        index: u64,
+        /// What is wrong.
+        what: String,
+    },
+    /// More crash frames than the header has room for.
+    #[error("corrupt header: crash_depth {depth} exceeds {CRASH_DEPTH}")]
+    CrashDepth {
+        /// The recorded depth.
+        depth: u32,
+    },
 }
 
 /// Random-access bytes a profile is read from: a file, or memory in tests.
@@ -184,6 +201,8 @@ pub fn read_profile<S: Source + ?Sized>(source: &S) -> Result<Profile, ProfileEr
         l.frames_offset,
         l.frame_offset(header.frame_words_used),
     )?;
+    let (failures_start, failures_end) = failure_region(&header);
+    let failures = read_region(source, failures_start, failures_end)?;
 
     Ok(Profile {
         path: Default::default(),
@@ -206,6 +225,9 @@ pub fn read_profile<S: Source + ?Sized>(source: &S) -> Result<Profile, ProfileEr
         argv: parse_argv(&header.argv[..header.argv_len as usize]),
         modules: parse_modules(&modules, header.module_count)?,
         stacks: parse_stacks(&stacks, &frames, &header)?,
+        failure_count: header.failure_count,
+        failures: parse_failures(&failures, &header)?,
+        crash: parse_crash(&header)?,
     })
 }
 
@@ -270,6 +292,7 @@ fn check_header(header: &Header, len: u64) -> Result<(), ProfileError> {
         ("module records", l.module_offset(header.module_count)),
         ("stack records", l.stack_offset(header.stack_count)),
         ("frame words", l.frame_offset(header.frame_words_used)),
+        ("injected-failure records", failure_region(header).1),
     ];
     for (what, end) in regions {
         if end > len {

@@ -5,7 +5,8 @@
 use std::mem::offset_of;
 
 use memwarden_abi::{
-    exit_kind, Header, Layout, ModuleRecord, StackRecord, ARGV_CAPACITY, FORMAT_VERSION, MAGIC,
+    exit_kind, FailureRecord, Header, Layout, ModuleRecord, StackRecord, ARGV_CAPACITY,
+    CRASH_DEPTH, FORMAT_VERSION, MAGIC,
 };
 
 use super::{read_profile, Profile};
@@ -64,6 +65,9 @@ pub struct ProfileBuilder {
     pub unknown_stack: StackRecord,
     /// Arguments.
     pub argv: Vec<String>,
+    /// Injected-failure records, written up to the failure capacity (16). The header's
+    /// `failure_count` is their number unless it was set higher.
+    pub failures: Vec<FailureRecord>,
 }
 
 impl ProfileBuilder {
@@ -114,7 +118,23 @@ impl ProfileBuilder {
             stacks: Vec::new(),
             unknown_stack,
             argv: Vec::new(),
+            failures: Vec::new(),
         }
+    }
+
+    /// Adds an injected-failure record.
+    pub fn failure(mut self, record: FailureRecord) -> Self {
+        self.failures.push(record);
+        self
+    }
+
+    /// Records a crash: its signal and frames (innermost first, at most [`CRASH_DEPTH`]).
+    pub fn crash(mut self, signal: u32, frames: &[u64]) -> Self {
+        self.header.crash_signal = signal;
+        self.header.crash_depth = frames.len() as u32;
+        self.header.crash_frames = [0; CRASH_DEPTH];
+        self.header.crash_frames[..frames.len()].copy_from_slice(frames);
+        self
     }
 
     /// Sets the command line.
@@ -185,7 +205,11 @@ impl ProfileBuilder {
         for (index, module) in (0u64..).zip(&self.modules) {
             write_module(&mut file, layout.module_offset(index) as usize, module);
         }
+        for (index, failure) in (0..layout.failure_capacity).zip(&self.failures) {
+            write_failure(&mut file, layout.failure_offset(index) as usize, failure);
+        }
         let mut header = self.header;
+        header.failure_count = header.failure_count.max(self.failures.len() as u64);
         header.stack_count = 1 + self.stacks.len() as u64;
         header.frame_words_used = frame_words;
         header.module_count = self.modules.len() as u64;
@@ -261,7 +285,36 @@ fn write_header(file: &mut [u8], h: &Header) {
     field!(argv_len);
     field!(lock_waits);
     field!(heap_cas_retries);
+    field!(failure_count);
+    field!(crash_signal);
+    field!(crash_depth);
+    for (i, word) in h.crash_frames.iter().enumerate() {
+        put(
+            file,
+            offset_of!(Header, crash_frames) + 8 * i,
+            &word.to_le_bytes(),
+        );
+    }
     put(file, offset_of!(Header, argv), &h.argv);
+}
+
+fn write_failure(file: &mut [u8], at: usize, r: &FailureRecord) {
+    macro_rules! field {
+        ($name:ident) => {
+            put(
+                file,
+                at + offset_of!(FailureRecord, $name),
+                &r.$name.to_le_bytes(),
+            )
+        };
+    }
+    field!(seq);
+    field!(call);
+    field!(size);
+    field!(time_ns);
+    field!(stack);
+    field!(function);
+    field!(rule);
 }
 
 fn write_stack(file: &mut [u8], at: usize, r: &StackRecord) {

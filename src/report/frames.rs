@@ -18,11 +18,34 @@ pub(crate) fn shown_frames(
     addresses: &[u64],
     symbolizer: &mut Symbolizer,
 ) -> Vec<FrameReport> {
+    shown(profile, addresses, false, symbolizer)
+}
+
+/// The frames of a crash stack: like [`shown_frames`], but `addresses[0]` is the faulting
+/// instruction's address, not a return address.
+pub(crate) fn shown_crash_frames(
+    profile: &Profile,
+    addresses: &[u64],
+    symbolizer: &mut Symbolizer,
+) -> Vec<FrameReport> {
+    shown(profile, addresses, true, symbolizer)
+}
+
+fn shown(
+    profile: &Profile,
+    addresses: &[u64],
+    first_is_instruction: bool,
+    symbolizer: &mut Symbolizer,
+) -> Vec<FrameReport> {
     // Symbolized innermost first, and no further than `main`: the start-up code above it is
     // cut anyway, and symbolizing it would load libc's debug information for nothing.
     let mut frames = Vec::new();
-    for &address in addresses {
-        let symbolized = symbolizer.frames(profile, address);
+    for (index, &address) in addresses.iter().enumerate() {
+        let symbolized = if index == 0 && first_is_instruction {
+            symbolizer.instruction_frames(profile, address)
+        } else {
+            symbolizer.frames(profile, address)
+        };
         let reached_entry = symbolized.iter().any(is_entry);
         frames.extend(symbolized);
         if reached_entry {

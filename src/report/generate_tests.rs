@@ -87,7 +87,7 @@ fn a_folder_becomes_a_report_files_and_a_summary() {
 
     let json: serde_json::Value =
         serde_json::from_str(&fs::read_to_string(dir.path().join("report.json")).unwrap()).unwrap();
-    assert_eq!(json["format_version"], 1);
+    assert_eq!(json["format_version"], 2);
     assert_eq!(json["command"], serde_json::json!(["sh", "-c", "prog a"]));
     let processes = json["processes"].as_array().unwrap();
     let summary: Vec<_> = processes
@@ -223,4 +223,93 @@ fn bad_folders_are_refused_in_one_line() {
     fs::remove_file(&corrupt).unwrap();
     fs::write(dir.path().join(RUN_RECORD_FILE), "[]").unwrap();
     assert!(message(dir.path()).contains("run.json: not a valid run record"));
+}
+
+#[test]
+fn injected_failures_and_the_crash_are_reported_with_their_stacks() {
+    let dir = tempfile::tempdir().unwrap();
+    let raw = dir.path().join("raw");
+    fs::create_dir_all(&raw).unwrap();
+    let mut held = stack_record();
+    (
+        held.live_bytes,
+        held.live_blocks,
+        held.allocated_bytes,
+        held.allocations,
+    ) = (8, 1, 8, 1);
+    let failure = |seq, stack, function, rule| memwarden_abi::FailureRecord {
+        seq,
+        call: 3,
+        size: 1 << 20,
+        time_ns: 2_500_000,
+        stack,
+        function,
+        rule,
+        reserved: 0,
+    };
+    let mut builder = ProfileBuilder::new(300)
+        .argv(&["prog"])
+        .heap(8, 0)
+        .module(SyntheticModule {
+            path: "/t/prog".into(),
+            base: 0x4000,
+            start: 0x5000,
+            end: 0x6000,
+            ..SyntheticModule::default()
+        })
+        .stack(&[0x5010, 0x5020], held)
+        // Interned for the failed call: no figures, so not in `stacks`.
+        .stack(&[0x5030], stack_record())
+        .failure(failure(1, 2, memwarden_abi::failed_function::MALLOC, 0))
+        .failure(failure(
+            2,
+            0,
+            memwarden_abi::failed_function::OPERATOR_NEW_ARRAY,
+            1,
+        ))
+        .crash(11, &[0x5000, 0x5020]);
+    builder.header.failure_count = 7;
+    fs::write(raw.join("300-1.mwp"), builder.build()).unwrap();
+
+    let done = generate(dir.path(), &Options::default()).unwrap();
+    let json: serde_json::Value =
+        serde_json::from_str(&fs::read_to_string(dir.path().join("report.json")).unwrap()).unwrap();
+    let p = &json["processes"][0];
+    let key = |frames: &[(&[u8], u64)]| {
+        format!(
+            "{:016x}",
+            memwarden_faults::site_key(&mut frames.iter().copied())
+        )
+    };
+    let frame = |address: &str| {
+        serde_json::json!({"function": null, "file": null, "line": null,
+            "module": "/t/prog", "address": address, "inlined": false})
+    };
+    assert_eq!(p["injected_failure_count"], 7);
+    assert_eq!(
+        p["injected_failures"],
+        serde_json::json!([
+            {"seq": 1, "call": 3, "function": "malloc", "size": 1048576, "rule": 1,
+             "time_ms": 2.5, "stack_id": 2, "site": key(&[(b"prog", 0x1030)]),
+             "frames": [frame("0x5030")], "pid": 300},
+            {"seq": 2, "call": 3, "function": "operator new[]", "size": 1048576, "rule": 2,
+             "time_ms": 2.5, "stack_id": 0, "site": null,
+             "frames": [{"function": "[unknown stack]", "file": null, "line": null,
+                         "module": null, "address": null, "inlined": false}], "pid": 300},
+        ])
+    );
+    // Frame 0 of a crash is the faulting instruction: 0x5000 is inside the module (as a
+    // return address it would not be).
+    assert_eq!(
+        p["crash"],
+        serde_json::json!({"signal": 11, "frames": [frame("0x5000"), frame("0x5020")]})
+    );
+    assert_eq!(p["stacks"].as_array().unwrap().len(), 1);
+    assert_eq!(
+        p["stacks"][0]["site"],
+        key(&[(b"prog", 0x1010), (b"prog", 0x1020)])
+    );
+    assert!(done.summary.contains(
+        "  injected     7 allocation failures (rule 1: 1, rule 2: 1, 5 more not stored)\n  crashed      SIGSEGV at 0x5000 [prog] <- 0x5020 [prog]\n"
+    ), "{}", done.summary);
 }

@@ -4,13 +4,14 @@
 use memwarden_abi::{degraded_reason, flags, UNKNOWN_STACK_ID};
 use serde::{Deserialize, Serialize};
 
-use super::frames;
+use super::failures::{CrashReport, FailureReport};
+use super::{failures, frames, site};
 use crate::analysis::{ExitSource, Process, StackFigures, Totals};
 use crate::symbolize::Symbolizer;
 use crate::Exit;
 
 /// Version of the `report.json` format.
-pub const REPORT_FORMAT_VERSION: u32 = 1;
+pub const REPORT_FORMAT_VERSION: u32 = 2;
 
 /// Function name given to the single frame of the reserved unknown stack.
 pub const UNKNOWN_STACK_LABEL: &str = "[unknown stack]";
@@ -73,6 +74,12 @@ pub struct ProcessReport {
     pub not_freed_blocks: u64,
     /// How often the preload's writers got in each other's way.
     pub contention: Contention,
+    /// Allocation failures injected by `--fail` rules (all, or as many as were stored).
+    pub injected_failures: Vec<FailureReport>,
+    /// Allocation failures injected, stored or not.
+    pub injected_failure_count: u64,
+    /// The fatal signal the preload caught (only with `--fail`), or null.
+    pub crash: Option<CrashReport>,
     /// Stacks, by bytes at the peak, then bytes allocated.
     pub stacks: Vec<StackReport>,
 }
@@ -91,6 +98,8 @@ pub struct Contention {
 pub struct StackReport {
     /// Stack id in its profile (0: the unknown stack).
     pub id: u32,
+    /// The call-site key (16 hex digits), as `--fail site=` takes it; null for stack 0.
+    pub site: Option<String>,
     /// Frames, innermost first, one per inline level.
     pub frames: Vec<FrameReport>,
     /// Bytes live at the process's peak.
@@ -164,7 +173,8 @@ pub fn build(command: Vec<String>, processes: &[Process], symbolizer: &mut Symbo
     }
 }
 
-fn ms(ns: u64) -> f64 {
+/// ns as ms, with µs precision.
+pub(crate) fn ms(ns: u64) -> f64 {
     (ns / 1_000) as f64 / 1_000.0
 }
 
@@ -196,6 +206,9 @@ fn process(p: &Process, symbolizer: &mut Symbolizer) -> ProcessReport {
             lock_waits: profile.lock_waits,
             heap_cas_retries: profile.heap_cas_retries,
         },
+        injected_failures: failures::failures(profile, symbolizer),
+        injected_failure_count: profile.failure_count,
+        crash: failures::crash(profile, symbolizer),
         stacks: p.stacks.iter().map(|s| stack(p, s, symbolizer)).collect(),
     }
 }
@@ -213,21 +226,30 @@ fn degraded(reason: u32, flagged: bool) -> Option<String> {
     Some(name)
 }
 
+/// The single frame shown for the reserved unknown stack.
+pub(crate) fn unknown_stack_frames() -> Vec<FrameReport> {
+    vec![FrameReport {
+        function: Some(UNKNOWN_STACK_LABEL.to_owned()),
+        file: None,
+        line: None,
+        module: None,
+        address: None,
+        inlined: false,
+    }]
+}
+
 fn stack(p: &Process, s: &StackFigures, symbolizer: &mut Symbolizer) -> StackReport {
-    let frames = if s.stack.id == UNKNOWN_STACK_ID {
-        vec![FrameReport {
-            function: Some(UNKNOWN_STACK_LABEL.to_owned()),
-            file: None,
-            line: None,
-            module: None,
-            address: None,
-            inlined: false,
-        }]
+    let (site, frames) = if s.stack.id == UNKNOWN_STACK_ID {
+        (None, unknown_stack_frames())
     } else {
-        frames::shown_frames(p.profile, &s.stack.frames, symbolizer)
+        (
+            Some(site::site_hex(p.profile, &s.stack.frames)),
+            frames::shown_frames(p.profile, &s.stack.frames, symbolizer),
+        )
     };
     StackReport {
         id: s.stack.id,
+        site,
         frames,
         at_peak_bytes: s.at_peak_bytes,
         at_peak_blocks: s.at_peak_blocks,

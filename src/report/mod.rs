@@ -1,10 +1,12 @@
 //! The report, last stage of the pipeline: from an output folder's profiles to
 //! `report.json`, the collapsed stacks, the flame graphs and the summary text.
 
+pub mod failures;
 pub mod flamegraph;
 pub mod folded;
 mod frames;
 pub mod json;
+mod site;
 pub mod text;
 
 use std::fs::File;

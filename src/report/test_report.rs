@@ -31,6 +31,9 @@ pub(crate) fn process_report(pid: u32, argv: &[&str]) -> ProcessReport {
             lock_waits: 0,
             heap_cas_retries: 0,
         },
+        injected_failures: Vec::new(),
+        injected_failure_count: 0,
+        crash: None,
         stacks: Vec::new(),
     }
 }
@@ -58,6 +61,7 @@ pub(crate) fn stack_report(
 ) -> StackReport {
     StackReport {
         id,
+        site: Some(format!("{id:016x}")),
         frames: functions.iter().map(|f| function_frame(f)).collect(),
         at_peak_bytes: at_peak,
         at_peak_blocks: at_peak / 8,

@@ -1,5 +1,6 @@
 //! Report stage: the short summary the CLI prints on stderr after the run — per process
-//! its exit, peak, top stacks at the peak, totals, leaks and flags.
+//! its exit, peak, top stacks at the peak, totals, leaks, injected failures, crash and
+//! flags.
 
 use std::fmt::Write;
 
@@ -152,10 +153,58 @@ fn write_process(out: &mut String, p: &ProcessReport, style: &Style) {
         group(p.not_freed_blocks),
         if p.replaced_by_exec { "exec" } else { "exit" }
     );
+    if p.injected_failure_count > 0 {
+        let _ = writeln!(out, "  injected     {}", injected(p));
+    }
+    if let Some(crash) = &p.crash {
+        let signal = i32::try_from(crash.signal)
+            .ok()
+            .and_then(crate::exit::signal_name)
+            .map_or_else(|| format!("signal {}", crash.signal), str::to_owned);
+        let place: Vec<String> = crash
+            .frames
+            .iter()
+            .take(CHAIN_FRAMES)
+            .map(|f| shorten(&f.label()))
+            .collect();
+        let place = if place.is_empty() {
+            "an unknown place".to_owned()
+        } else {
+            place.join(" <- ")
+        };
+        let _ = writeln!(out, "  crashed      {signal} at {place}");
+    }
     let flags = flags(p);
     if !flags.is_empty() {
         let _ = writeln!(out, "  flags        {}", flags.join("; "));
     }
+}
+
+/// `3 allocation failures (rule 1: 2, rule 2: 1)`, counted by rule over the stored
+/// failures, with how many more were injected than stored.
+fn injected(p: &ProcessReport) -> String {
+    let mut by_rule = std::collections::BTreeMap::<u32, u64>::new();
+    for failure in &p.injected_failures {
+        *by_rule.entry(failure.rule).or_default() += 1;
+    }
+    let mut parts: Vec<String> = by_rule
+        .iter()
+        .map(|(rule, n)| format!("rule {rule}: {}", group(*n)))
+        .collect();
+    let stored = p.injected_failures.len() as u64;
+    if p.injected_failure_count > stored {
+        parts.push(format!(
+            "{} more not stored",
+            group(p.injected_failure_count - stored)
+        ));
+    }
+    let count = p.injected_failure_count;
+    format!(
+        "{} allocation failure{} ({})",
+        group(count),
+        if count == 1 { "" } else { "s" },
+        parts.join(", ")
+    )
 }
 
 fn write_totals(out: &mut String, processes: &[ProcessReport]) {

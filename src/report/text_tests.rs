@@ -140,3 +140,78 @@ fn units_and_grouping() {
     assert_eq!(bytes(1023), "1023 bytes");
     assert_eq!(bytes(2048), "2.0 KiB (2,048 bytes)");
 }
+
+fn injected_failure(seq: u64, rule: u32) -> crate::report::failures::FailureReport {
+    crate::report::failures::FailureReport {
+        seq,
+        call: seq,
+        function: "malloc".into(),
+        size: 16,
+        rule,
+        time_ms: 0.0,
+        stack_id: 1,
+        site: None,
+        frames: vec![function_frame("make_b")],
+        pid: 42,
+    }
+}
+
+#[test]
+fn injected_failures_are_counted_by_rule_and_the_crash_is_placed() {
+    let mut p = process_report(42, &["./prog"]);
+    p.exit = Some(Exit::Signal(11));
+    p.injected_failures = vec![
+        injected_failure(1, 1),
+        injected_failure(2, 2),
+        injected_failure(3, 1),
+    ];
+    p.injected_failure_count = 3;
+    p.crash = Some(crate::report::failures::CrashReport {
+        signal: 11,
+        frames: vec![
+            function_frame("use_b"),
+            function_frame("main"),
+            function_frame("x"),
+            function_frame("y"),
+        ],
+    });
+    let report = Report {
+        format_version: 2,
+        command: vec!["./prog".into()],
+        processes: vec![p],
+    };
+    let text = summary(&report, &style(), &[]);
+    assert!(
+        text.contains(
+            "  not freed    0 bytes in 0 blocks at exit\n  injected     3 allocation failures (rule 1: 2, rule 2: 1)\n  crashed      SIGSEGV at use_b <- main <- x\n"
+        ),
+        "{text}"
+    );
+
+    let mut p = process_report(42, &["./prog"]);
+    p.injected_failures = vec![injected_failure(1, 1)];
+    p.injected_failure_count = 5000;
+    p.crash = Some(crate::report::failures::CrashReport {
+        signal: 77,
+        frames: vec![],
+    });
+    let report = Report {
+        format_version: 2,
+        command: vec![],
+        processes: vec![p],
+    };
+    let text = summary(&report, &style(), &[]);
+    assert!(text.contains(
+        "  injected     5,000 allocation failures (rule 1: 1, 4,999 more not stored)\n  crashed      signal 77 at an unknown place\n"
+    ), "{text}");
+    let quiet = summary(
+        &Report {
+            format_version: 2,
+            command: vec![],
+            processes: vec![process_report(1, &["x"])],
+        },
+        &style(),
+        &[],
+    );
+    assert!(!quiet.contains("injected") && !quiet.contains("crashed"));
+}

@@ -2,7 +2,8 @@
 //! source-level frames (function, file, line, module), inlined frames expanded.
 //!
 //! Frames are return addresses, so `address - 1` is looked up: it lies inside the call
-//! instruction, in the right function and on the right line. Debug information is loaded
+//! instruction, in the right function and on the right line. A crash's innermost frame is
+//! the faulting instruction itself and is looked up as is. Debug information is loaded
 //! once per module file and each (module, address) is resolved once, across processes.
 
 mod debug_file;
@@ -54,7 +55,17 @@ impl Symbolizer {
     /// The frames for one recorded return `address` of `profile`, innermost first; one
     /// frame per inline level, at least one.
     pub fn frames(&mut self, profile: &Profile, address: u64) -> Vec<Frame> {
-        let call = address.saturating_sub(1);
+        self.frames_probing(profile, address, address.saturating_sub(1))
+    }
+
+    /// Like [`Symbolizer::frames`] for the address of an instruction itself (a crash's
+    /// faulting instruction), which is looked up as is, not minus one.
+    pub fn instruction_frames(&mut self, profile: &Profile, address: u64) -> Vec<Frame> {
+        self.frames_probing(profile, address, address)
+    }
+
+    /// The frames of `address`, found by looking up `call`.
+    fn frames_probing(&mut self, profile: &Profile, address: u64, call: u64) -> Vec<Frame> {
         let unknown = |module: Option<String>| {
             vec![Frame {
                 function: None,

@@ -255,3 +255,21 @@ fn a_rust_function_of_this_process_is_found_and_demangled() {
         .ends_with("symbolize/tests.rs"));
     assert_eq!(marker_for_symbolizer_test(), 7);
 }
+
+#[test]
+fn an_instruction_address_is_looked_up_as_is_not_minus_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let library = compile_library(dir.path());
+    let (start, _) = symbol_range(&library, "outer");
+    let profile = profile_with(vec![module(&library, 0, 0, 1 << 40, 0)]);
+    let mut symbolizer = Symbolizer::new();
+    let at = symbolizer.instruction_frames(&profile, start);
+    assert_eq!(at.last().unwrap().function.as_deref(), Some("outer"));
+    assert_eq!(at[0].address, start);
+    // As a return address, the same value means "the call just before": not in `outer`.
+    let returned_to = symbolizer.frames(&profile, start);
+    assert_ne!(
+        returned_to.last().unwrap().function.as_deref(),
+        Some("outer")
+    );
+}

@@ -1,0 +1,69 @@
+//! Report stage: the call-site key of a stack (`site` in report.json), the number
+//! `memwarden run --fail site=KEY` and `memwarden sweep` name a call site by. Computed from
+//! the raw frames exactly as the preload computes it at run time
+//! (`memwarden_faults::site_key`), so the key of a report matches the preload's.
+
+use crate::profile::Profile;
+
+/// The key of the stack with these return addresses (innermost first), as 16 lowercase
+/// hex digits. Each frame is keyed by the module holding the call (the byte before the
+/// return address, as symbolization looks it up): that module's file name, and the return
+/// address minus its load bias; a frame in no module by an empty name and the address.
+pub(crate) fn site_hex(profile: &Profile, frames: &[u64]) -> String {
+    let mut parts =
+        frames.iter().map(
+            |&address| match profile.module_at(address.wrapping_sub(1)) {
+                Some(module) => (module.path.as_bytes(), address.wrapping_sub(module.base)),
+                None => (&[][..], address),
+            },
+        );
+    format!("{:016x}", memwarden_faults::site_key(&mut parts))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::profile::synthetic::{ProfileBuilder, SyntheticModule};
+
+    #[test]
+    fn keys_use_file_names_and_module_offsets() {
+        let profile = ProfileBuilder::new(1)
+            .module(SyntheticModule {
+                path: "/tmp/x/prog".into(),
+                base: 0x5000_0000,
+                start: 0x5000_0000,
+                end: 0x5001_0000,
+                ..Default::default()
+            })
+            .build_profile();
+        let frames = [0x5000_1234, 0x9999];
+        let expected: [(&[u8], u64); 2] = [(b"prog", 0x1234), (b"", 0x9999)];
+        assert_eq!(
+            site_hex(&profile, &frames),
+            format!(
+                "{:016x}",
+                memwarden_faults::site_key(&mut expected.into_iter())
+            )
+        );
+        // A return address just past the module's end still belongs to it (the call is
+        // inside); one at its very start does not.
+        let edge = [0x5001_0000];
+        let inside: [(&[u8], u64); 1] = [(b"prog", 0x1_0000)];
+        assert_eq!(
+            site_hex(&profile, &edge),
+            format!(
+                "{:016x}",
+                memwarden_faults::site_key(&mut inside.into_iter())
+            )
+        );
+        let start = [0x5000_0000];
+        let outside: [(&[u8], u64); 1] = [(b"", 0x5000_0000)];
+        assert_eq!(
+            site_hex(&profile, &start),
+            format!(
+                "{:016x}",
+                memwarden_faults::site_key(&mut outside.into_iter())
+            )
+        );
+    }
+}
