@@ -13,6 +13,7 @@ use memwarden::run_record::{RunRecord, RUN_RECORD_FILE};
 use memwarden::Exit;
 
 use crate::args::RunArgs;
+use crate::fail_args::{self, FAIL_VARIABLE, SEED_VARIABLE};
 use crate::{output_dir, preload_lib, target_check};
 
 /// Variable naming the output folder, read by the preload.
@@ -56,6 +57,14 @@ pub fn run(args: &RunArgs, colour: bool) -> Result<i32, String> {
         .env(OUTPUT_DIR_VARIABLE, &out_dir);
     if let Some(depth) = args.max_depth {
         target.env(MAX_DEPTH_VARIABLE, depth.to_string());
+    }
+    // Without --fail, nothing fails: no rule from memwarden's own environment leaks in.
+    if args.fail.is_empty() {
+        target.env_remove(FAIL_VARIABLE).env_remove(SEED_VARIABLE);
+    } else {
+        target
+            .env(FAIL_VARIABLE, fail_args::variable(&args.fail))
+            .env(SEED_VARIABLE, args.seed.to_string());
     }
     // The child starts with default dispositions: the parent ignores SIGINT and SIGQUIT
     // only once the child has been spawned.
