@@ -18,7 +18,7 @@ pub const USAGE: &str = "\
 memwarden: a heap profiler for Linux programs
 
 usage:
-  memwarden run [-o DIR] [--max-depth N] [--top N] [--] CMD [ARGS...]
+  memwarden run [-o DIR] [--max-depth N] [--top N] [--fail RULE]... [--seed S] [--] CMD [ARGS...]
   memwarden report [--top N] DIR
 
 memwarden run      runs CMD with libmemwarden.so preloaded, follows every process it
@@ -28,6 +28,9 @@ memwarden run      runs CMD with libmemwarden.so preloaded, follows every proces
                      earlier run in DIR/raw/ are deleted first
   --max-depth N      deepest call stack recorded, 1-256 (default: 64)
   --top N            stacks shown per process in the summary (default: 5)
+  --fail RULE        make allocations fail on purpose, e.g. nth=3, p=1%, budget=100MB,
+                     calls=new,in=function:parse_*; repeatable (docs/fault-injection.md)
+  --seed S           seed of the p= rules, 0 to 2^64-1 (default: 0): same seed, same failures
 
 memwarden report   renders the report of an earlier run again, from DIR/raw/*.mwp
                    and DIR/run.json, and prints the summary on stdout
@@ -62,6 +65,10 @@ pub struct RunArgs {
     pub max_depth: Option<u32>,
     /// Stacks per process in the summary.
     pub top: usize,
+    /// `--fail` rules, validated, in canonical text, in command-line order.
+    pub fail: Vec<String>,
+    /// `--seed`: the seed of `p=` rules.
+    pub seed: u64,
     /// The command and its arguments (never empty).
     pub command: Vec<OsString>,
 }
@@ -80,7 +87,7 @@ pub struct ReportArgs {
 #[error("{0} (see memwarden --help)")]
 pub struct UsageError(String);
 
-fn usage(message: impl Into<String>) -> UsageError {
+pub(crate) fn usage(message: impl Into<String>) -> UsageError {
     UsageError(message.into())
 }
 
@@ -170,6 +177,8 @@ fn parse_run(args: impl Iterator<Item = OsString>) -> Result<Command, UsageError
     let mut output = PathBuf::from(DEFAULT_OUTPUT);
     let mut max_depth = None;
     let mut top = DEFAULT_TOP;
+    let mut fail = Vec::new();
+    let mut seed = 0;
     let mut command = Vec::new();
     while let Some(arg) = flags.next() {
         match arg {
@@ -188,6 +197,8 @@ fn parse_run(args: impl Iterator<Item = OsString>) -> Result<Command, UsageError
                     let value = flags.value(&name, attached)?;
                     top = number(&name, &value, 0..=MAX_TOP as u64)? as usize;
                 }
+                "--fail" => fail.push(crate::fail_args::rule(&flags.value(&name, attached)?)?),
+                "--seed" => seed = number(&name, &flags.value(&name, attached)?, 0..=u64::MAX)?,
                 "-h" | "--help" => return Ok(Command::Help),
                 _ => {
                     return Err(usage(format!(
@@ -210,6 +221,8 @@ fn parse_run(args: impl Iterator<Item = OsString>) -> Result<Command, UsageError
         output,
         max_depth,
         top,
+        fail,
+        seed,
         command,
     }))
 }

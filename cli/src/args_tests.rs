@@ -41,6 +41,8 @@ fn run_takes_options_then_the_command() {
             output: "out".into(),
             max_depth: Some(8),
             top: 3,
+            fail: Vec::new(),
+            seed: 0,
             command: ["ls", "-l", "--", "x"].map(OsString::from).to_vec(),
         }
     );

@@ -4,6 +4,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 mod args;
+mod fail_args;
 mod output_dir;
 mod preload_lib;
 mod report_cmd;
