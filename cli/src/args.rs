@@ -1,5 +1,6 @@
 //! The command line, before anything runs: parses `memwarden run …` / `memwarden report …`
-//! into typed options, or a one-line usage error.
+//! (and, through `sweep_args`, `memwarden sweep …`) into typed options, or a one-line
+//! usage error.
 
 use std::ffi::{OsStr, OsString};
 use std::path::PathBuf;
@@ -20,6 +21,7 @@ memwarden: a heap profiler for Linux programs
 usage:
   memwarden run [-o DIR] [--max-depth N] [--top N] [--fail RULE]... [--seed S] [--] CMD [ARGS...]
   memwarden report [--top N] DIR
+  memwarden sweep [-o DIR] [--max-runs N] [--timeout SECS] [--jobs N] [--] CMD [ARGS...]
 
 memwarden run      runs CMD with libmemwarden.so preloaded, follows every process it
                    starts and waits for all of them (background ones included), then
@@ -36,11 +38,20 @@ memwarden report   renders the report of an earlier run again, from DIR/raw/*.mw
                    and DIR/run.json, and prints the summary on stdout
   --top N            stacks shown per process in the summary (default: 5)
 
+memwarden sweep    runs CMD once to find its allocation call sites, then once per site
+                   with that site's first allocation failing, and reports which sites
+                   the program handled and which crashed or hung (DIR/sweep.json)
+  -o, --output DIR   output folder (default: ./memwarden-sweep)
+  --max-runs N       most fault-injection runs (default: 200)
+  --timeout SECS     a run still going after SECS seconds is a hang (default: 30)
+  --jobs N           runs at once (default: the number of available CPUs)
+
 Files written into DIR: report.json, peak.svg, not-freed.svg, allocated.svg and the
 same graphs as collapsed stacks (*.folded), run.json, raw/*.mwp.
 
 Exit status: `run` exits with CMD's status (128+N when signal N killed it); 2 when
-memwarden refuses its arguments or the target; `report` exits 1 on unreadable input.
+memwarden refuses its arguments or the target; `report` exits 1 on unreadable input;
+`sweep` exits 0 when no site crashed or hung, 1 otherwise or when it cannot finish.
 ";
 
 /// What the user asked for.
@@ -50,6 +61,8 @@ pub enum Command {
     Run(RunArgs),
     /// `memwarden report`.
     Report(ReportArgs),
+    /// `memwarden sweep`.
+    Sweep(crate::sweep_args::SweepArgs),
     /// `--help`: print [`USAGE`].
     Help,
     /// `--version`.
@@ -95,15 +108,18 @@ pub(crate) fn usage(message: impl Into<String>) -> UsageError {
 pub fn parse(args: Vec<OsString>) -> Result<Command, UsageError> {
     let mut args = args.into_iter();
     let Some(first) = args.next() else {
-        return Err(usage("missing command: expected `run` or `report`"));
+        return Err(usage(
+            "missing command: expected `run`, `report` or `sweep`",
+        ));
     };
     match first.to_str() {
         Some("run") => parse_run(args),
         Some("report") => parse_report(args),
+        Some("sweep") => crate::sweep_args::parse(args),
         Some("-h" | "--help" | "help") => Ok(Command::Help),
         Some("-V" | "--version") => Ok(Command::Version),
         _ => Err(usage(format!(
-            "unknown command '{}': expected `run` or `report`",
+            "unknown command '{}': expected `run`, `report` or `sweep`",
             first.to_string_lossy()
         ))),
     }
@@ -111,12 +127,12 @@ pub fn parse(args: Vec<OsString>) -> Result<Command, UsageError> {
 
 /// The command line as a stream of options (`--name value`, `--name=value`, `-o value`)
 /// and plain arguments.
-struct Flags<I: Iterator<Item = OsString>> {
-    args: std::iter::Peekable<I>,
+pub(crate) struct Flags<I: Iterator<Item = OsString>> {
+    pub(crate) args: std::iter::Peekable<I>,
 }
 
 /// An element of the command line.
-enum Arg {
+pub(crate) enum Arg {
     /// An option with its name (as written) and, for `--name=value`, its value.
     Option(String, Option<OsString>),
     /// `--`.
@@ -126,7 +142,7 @@ enum Arg {
 }
 
 impl<I: Iterator<Item = OsString>> Flags<I> {
-    fn next(&mut self) -> Option<Arg> {
+    pub(crate) fn next(&mut self) -> Option<Arg> {
         let arg = self.args.next()?;
         let Some(text) = arg.to_str().filter(|t| t.starts_with('-') && t.len() > 1) else {
             return Some(Arg::Plain(arg));
@@ -143,18 +159,22 @@ impl<I: Iterator<Item = OsString>> Flags<I> {
     }
 
     /// The value of option `name`: attached, or the next argument.
-    fn value(&mut self, name: &str, attached: Option<OsString>) -> Result<OsString, UsageError> {
+    pub(crate) fn value(
+        &mut self,
+        name: &str,
+        attached: Option<OsString>,
+    ) -> Result<OsString, UsageError> {
         attached
             .or_else(|| self.args.next())
             .ok_or_else(|| usage(format!("option {name} needs a value")))
     }
 
-    fn rest(self) -> Vec<OsString> {
+    pub(crate) fn rest(self) -> Vec<OsString> {
         self.args.collect()
     }
 }
 
-fn number(
+pub(crate) fn number(
     name: &str,
     value: &OsStr,
     range: std::ops::RangeInclusive<u64>,

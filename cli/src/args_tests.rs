@@ -73,14 +73,14 @@ fn help_and_version() {
 #[test]
 fn refusals_are_one_line_and_say_what_is_wrong() {
     let cases: &[(&[&str], &str)] = &[
-        (&[], "missing command: expected `run` or `report`"),
+        (&[], "missing command: expected `run`, `report` or `sweep`"),
         (
             &["frobnicate"],
-            "unknown command 'frobnicate': expected `run` or `report`",
+            "unknown command 'frobnicate': expected `run`, `report` or `sweep`",
         ),
         (
             &["--no-such-option"],
-            "unknown command '--no-such-option': expected `run` or `report`",
+            "unknown command '--no-such-option': expected `run`, `report` or `sweep`",
         ),
         (
             &["run"],

@@ -9,6 +9,14 @@ mod output_dir;
 mod preload_lib;
 mod report_cmd;
 mod run;
+mod sweep;
+mod sweep_args;
+mod sweep_outcome;
+mod sweep_progress;
+mod sweep_report;
+mod sweep_result;
+mod sweep_runner;
+mod sweep_summary;
 mod target_check;
 
 use std::io::{IsTerminal, Write};
@@ -20,6 +28,8 @@ use args::Command;
 const USAGE_STATUS: u8 = 2;
 /// Exit status of `report` on unreadable input.
 const REPORT_FAILED_STATUS: u8 = 1;
+/// Exit status of `sweep` when a site crashed or hung (the CI gate).
+const SWEEP_FOUND_STATUS: u8 = 1;
 
 fn main() -> ExitCode {
     let command = match args::parse(std::env::args_os().skip(1).collect()) {
@@ -39,6 +49,13 @@ fn main() -> ExitCode {
             match run::run(&run_args, colour(std::io::stderr().is_terminal())) {
                 Ok(status) => ExitCode::from(status.clamp(0, 255) as u8),
                 Err(message) => fail(&message, USAGE_STATUS),
+            }
+        }
+        Command::Sweep(sweep_args) => {
+            match sweep::sweep(&sweep_args, std::io::stderr().is_terminal()) {
+                Ok(true) => ExitCode::SUCCESS,
+                Ok(false) => ExitCode::from(SWEEP_FOUND_STATUS),
+                Err(e) => fail(&e.to_string(), e.status()),
             }
         }
         Command::Report(report_args) => {
