@@ -50,6 +50,23 @@ int main(void) {
 }
 "#;
 
+/// Two `new` sites: one catches `std::bad_alloc` and exits 4, one lets it escape
+/// (`std::terminate`, then SIGABRT).
+const CPP_NEW: &str = r#"
+#include <new>
+NOINLINE static int caught(void) {
+    try { keep(new char[64]); } catch (const std::bad_alloc &) { return 4; }
+    return 0;
+}
+NOINLINE static void uncaught(void) { keep(new char[128]); }
+int main(void) {
+    int r = caught();
+    if (r) return r;
+    uncaught();
+    return 0;
+}
+"#;
+
 /// One malloc; when it fails the program waits forever.
 const WAITS_ON_FAILURE: &str = r#"
 int main(void) {
@@ -197,6 +214,36 @@ fn the_unchecked_malloc_crashes_and_the_checked_ones_are_handled() {
         stderr.contains("malloc failed in unchecked (mwt_sweep_checked.c:")
             && stderr.contains("killed by signal 11 (SIGSEGV) at "),
         "the summary names the crashing site:\n{stderr}"
+    );
+}
+
+#[test]
+fn cpp_new_sites_fail_too_and_an_escaping_bad_alloc_is_a_crash() {
+    let scratch = Scratch::new("sweep_cpp");
+    let program = scratch.compile_cpp("sweep_cpp", CPP_NEW);
+    let (outcome, result) = sweep(&scratch, &program, &[]);
+    assert_eq!(outcome.code(), 1, "stderr:\n{}", outcome.stderr_text());
+    let mine: Vec<(&str, &SiteResult)> = result
+        .results
+        .iter()
+        .filter_map(|r| program_function(&r.frames).map(|f| (f, r)))
+        .collect();
+    let summary: Vec<(&str, &str, Option<&Exit>)> = mine
+        .iter()
+        .map(|(f, r)| (*f, r.outcome.as_str(), r.exit.as_ref()))
+        .collect();
+    assert_eq!(
+        summary,
+        [
+            ("uncaught", "crashed", Some(&Exit::signal(6))),
+            ("caught", "handled", Some(&Exit::code(4))),
+        ],
+        "{result:#?}"
+    );
+    assert_eq!(
+        mine[0].1.crash_frames.as_deref().and_then(program_function),
+        Some("uncaught"),
+        "{result:#?}"
     );
 }
 

@@ -24,6 +24,9 @@ use crate::{io_reason, sweep_summary, target_check};
 const DISCOVERY_DIR: &str = "discovery";
 /// The folder of the fault-injection runs, inside the output folder.
 const RUNS_DIR: &str = "runs";
+/// Which calls a site's rule fails: every kind, so that a C++ `new` site (whose malloc
+/// the preload counts as `new`) fails too; the site key alone picks the call.
+const FAIL_RULE_CALLS: &str = "calls=all";
 /// Digits of a run folder's number, at least.
 const RUN_NUMBER_WIDTH: usize = 3;
 
@@ -256,7 +259,7 @@ fn run_sites(
 fn run_site(plan: &Plan, index: usize, site: &Site) -> Result<SiteResult, SweepError> {
     let run_dir = format!("{RUNS_DIR}/{:0width$}", index + 1, width = plan.width);
     let dir = plan.out_dir.join(&run_dir);
-    let rule = format!("site={},nth=1", site.key);
+    let rule = format!("{FAIL_RULE_CALLS},site={},nth=1", site.key);
     let request = RunRequest {
         exe: plan.exe,
         dir: &dir,
