@@ -5,6 +5,7 @@
 //! `target/release/libmemwarden.so`), so `cargo build --release` must have run first.
 #![allow(dead_code, unused_imports)] // each test file uses a different subset of these helpers
 
+pub mod failures;
 pub mod report;
 
 use std::ffi::OsStr;
