@@ -28,6 +28,18 @@ pub fn summary(result: &SweepResult, dir: &str) -> String {
         plural(result.runs, "run", "runs"),
         counts.join(", ")
     );
+    match result.discovery.exit {
+        Some(Exit::Code(0)) => {}
+        Some(exit) => {
+            let _ = writeln!(text, "  the discovery run, with no failure, ended: {exit}");
+        }
+        None => {
+            let _ = writeln!(
+                text,
+                "  the discovery run, with no failure, ended unobserved"
+            );
+        }
+    }
     if result.sites_not_run > 0 {
         let _ = writeln!(
             text,
@@ -166,6 +178,21 @@ hung:
 result: out/sweep.json
 ";
         assert_eq!(summary(&result, "out/"), expected);
+    }
+
+    #[test]
+    fn a_discovery_run_that_failed_by_itself_is_mentioned() {
+        let discovery = Discovery {
+            exit: Some(Exit::Signal(6)),
+            run_dir: "discovery".into(),
+        };
+        let result = SweepResult::new(vec!["./p".into()], discovery, 0, 30, vec![]);
+        assert_eq!(
+            summary(&result, "d"),
+            "memwarden sweep: 0 call sites, 0 runs: 0 crashed, 0 hung, 0 handled, 0 not reached\n  \
+             the discovery run, with no failure, ended: killed by signal 6 (SIGABRT)\n\
+             result: d/sweep.json\n"
+        );
     }
 
     #[test]
