@@ -12,7 +12,10 @@ each, and takes medians of:
   of the largest other process of the run (memwarden's CLI, heaptrack_interpret);
 - profile size on disk (memwarden: blocks used by DIR/raw, which is sparse; heaptrack:
   its compressed .zst file);
-- memwarden's contention counters on the threads workload.
+- memwarden's contention counters on the threads workload;
+- on churn only, memwarden with a fault-injection rule configured that never fires
+  (`--fail nth=1000000000000`), as a ratio to the plain memwarden run: the cost of having
+  injection on.
 
 Usage: scripts/bench.py [--quick] [--runs N] [--out FILE]   (scripts/bench.sh builds first)
 Standard library only.
@@ -35,12 +38,18 @@ ROOT = Path(__file__).resolve().parent.parent
 WORK = ROOT / "bench-out"
 MEMWARDEN = ROOT / "target" / "release" / "memwarden"
 TOOLS = ("bare", "memwarden", "heaptrack")
+# memwarden with a --fail rule that never fires: only on churn, to keep runs short.
+FAIL_TOOL = "memwarden-fail"
+EXTRA_TOOLS = {"churn": (FAIL_TOOL,)}
+NEVER_FIRING_RULE = "nth=1000000000000"
 
 # Targets of issue 2, and heaptrack's ratios measured earlier on this kind of machine
 # (shared/peers.md, heaptrack 1.4.0) for comparison.
 TIME_TARGETS = {"churn": 1.5, "threads": 2.0}
 RSS_TARGET = 1.3
 CHURN_PROFILE_TARGET = 1 << 20
+# Issue 5: fault injection configured but not firing costs at most 5% over plain memwarden.
+FAIL_OVERHEAD_TARGET = 1.05
 HEAPTRACK_EARLIER = {"churn": 3.07, "threads": 3.65, "sqlite": 2.47}
 
 
@@ -119,6 +128,7 @@ def run_once(tool: str, w: Workload, probe: Path, n: int) -> Sample:
     argv = {
         "bare": w.argv,
         "memwarden": [str(MEMWARDEN), "run", "-o", str(out_dir), "--", *w.argv],
+        FAIL_TOOL: [str(MEMWARDEN), "run", "-o", str(out_dir), "--fail", NEVER_FIRING_RULE, "--", *w.argv],
         "heaptrack": ["heaptrack", "-o", str(ht_base), *w.argv],
     }[tool]
     env = dict(os.environ, LD_PRELOAD=str(probe), MWBENCH_HWM_FILE=str(hwm_file))
@@ -144,7 +154,7 @@ def run_once(tool: str, w: Workload, probe: Path, n: int) -> Sample:
         else:
             other = max(other, int(kib))
     sample = Sample(wall, target_wall, target, other)
-    if tool == "memwarden":
+    if tool in ("memwarden", FAIL_TOOL):
         sample.output_bytes = disk_usage(out_dir / "raw")
         sample.contention = contention(out_dir / "report.json")
         shutil.rmtree(out_dir, ignore_errors=True)
@@ -311,6 +321,30 @@ def write_markdown(path: Path, workloads, samples, runs: int) -> str:
     size = med(churn, "memwarden", "output_bytes")
     met = "yes" if size < CHURN_PROFILE_TARGET else "**no**"
     lines.append(f"| churn profile < 1 MiB | {fmt_bytes(size)} | {met} |")
+    fail_ratio = None
+    if samples["churn"].get(FAIL_TOOL):
+        fail_ratio = med(churn, FAIL_TOOL, "wall") / med(churn, "memwarden", "wall")
+        met = "yes" if fail_ratio <= FAIL_OVERHEAD_TARGET else "**no**"
+        lines.append(
+            f"| churn with `--fail` configured, not firing ≤ {FAIL_OVERHEAD_TARGET}× plain memwarden "
+            f"| {fmt_ratio(fail_ratio)} | {met} |"
+        )
+        target_ratio = med(churn, FAIL_TOOL, "target_wall") / med(churn, "memwarden", "target_wall")
+        lines += [
+            "",
+            "## Fault injection configured, not firing (churn)",
+            "",
+            f"`memwarden run --fail {NEVER_FIRING_RULE}`: the rule is checked at every allocation (it "
+            "applies to all of them) but never fires, so this is what having fault injection on costs.",
+            "",
+            "| | whole command | target alone |",
+            "|---|---|---|",
+            f"| memwarden, × bare | {fmt_ratio(ratio(churn, 'memwarden', 'wall'))} | "
+            f"{fmt_ratio(ratio(churn, 'memwarden', 'target_wall'))} |",
+            f"| memwarden `--fail`, × bare | {fmt_ratio(ratio(churn, FAIL_TOOL, 'wall'))} | "
+            f"{fmt_ratio(ratio(churn, FAIL_TOOL, 'target_wall'))} |",
+            f"| memwarden `--fail`, × memwarden | {fmt_ratio(fail_ratio)} | {fmt_ratio(target_ratio)} |",
+        ]
     text = "\n".join(lines) + "\n"
     path.write_text(text)
     return text
@@ -329,14 +363,14 @@ def main():
         if shutil.which(tool) is None:
             raise SystemExit(f"bench: {tool} is not installed (scripts/bench.sh installs it)")
     workloads, probe = build()
-    samples = {w.name: {t: [] for t in TOOLS} for w in workloads}
+    samples = {w.name: {t: [] for t in TOOLS + EXTRA_TOOLS.get(w.name, ())} for w in workloads}
     for n in range(runs):
         for w in workloads:
-            for tool in TOOLS:
+            for tool in TOOLS + EXTRA_TOOLS.get(w.name, ()):
                 s = run_once(tool, w, probe, n)
                 samples[w.name][tool].append(s)
                 print(
-                    f"run {n + 1}/{runs} {w.name:8} {tool:10} {s.wall:6.2f} s (target {s.target_wall:5.2f} s)"
+                    f"run {n + 1}/{runs} {w.name:8} {tool:14} {s.wall:6.2f} s (target {s.target_wall:5.2f} s)"
                     f"  target RSS {s.target_rss_kib / 1024:7.1f} MiB"
                     + (f"  output {fmt_bytes(s.output_bytes)}" if s.output_bytes is not None else ""),
                     flush=True,
