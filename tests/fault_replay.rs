@@ -170,7 +170,6 @@ int main(void) {
 "#;
 
 #[test]
-#[ignore = "the preload copies its failure_count into a forked child's profile without the records"]
 fn a_forked_child_counts_on_but_reports_only_its_own_failures() {
     let scratch = Scratch::new("fail_fork");
     let prog = scratch.compile("forking", FORKING);

@@ -250,8 +250,9 @@ fn write_all_at(fd: i32, mut from: usize, mut len: usize, mut offset: u64) -> Re
     Ok(())
 }
 
-/// The child starts with its parent's live heap as its own: live figures kept, totals and
-/// contention counters zeroed, the peak set to the inherited live bytes.
+/// The child starts with its parent's live heap as its own: live figures kept; totals,
+/// contention counters, injected failures and crash zeroed; the peak set to the inherited
+/// live bytes. (Its `--fail` rules go on counting calls from where the parent was.)
 fn reset_for_child(recorder: &Recorder, stacks: u64) {
     let file = &recorder.file;
     let live = file.heap().load(Ordering::Relaxed) as u64;
@@ -266,6 +267,7 @@ fn reset_for_child(recorder: &Recorder, stacks: u64) {
         core::mem::offset_of!(Header, lock_waits),
         core::mem::offset_of!(Header, heap_cas_retries),
         core::mem::offset_of!(Header, untracked_allocations),
+        core::mem::offset_of!(Header, failure_count),
     ] {
         file.counter(field).store(0, Ordering::Relaxed);
     }
@@ -276,6 +278,8 @@ fn reset_for_child(recorder: &Recorder, stacks: u64) {
         let header = file.header();
         (*header).exit_kind = memwarden_abi::exit_kind::UNKNOWN;
         (*header).exit_value = 0;
+        (*header).crash_signal = 0;
+        (*header).crash_depth = 0;
         for id in 0..stacks {
             let record = &mut *file.stack(id);
             record.lock = 0;
