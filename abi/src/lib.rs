@@ -10,6 +10,7 @@
 //! layout.stacks_offset     StackRecord  × stack_capacity     (stack id = index)
 //! layout.frames_offset     u64          × frame_capacity     (return addresses)
 //! layout.failures_offset   FailureRecord × failure_capacity  (injected allocation failures)
+//! layout.errors_offset     ErrorRecord   × error_capacity    (heap errors found by guards)
 //! ```
 //!
 //! The file is mapped `MAP_SHARED`, so whatever the process has written survives its death
@@ -34,7 +35,7 @@
 /// First eight bytes of every profile file.
 pub const MAGIC: [u8; 8] = *b"MWPROF\0\0";
 /// Version of this layout; a reader rejects any other.
-pub const FORMAT_VERSION: u32 = 2;
+pub const FORMAT_VERSION: u32 = 3;
 /// Bytes reserved for the [`Header`] at the start of the file.
 pub const HEADER_SIZE: u64 = 8192;
 /// Bytes of the command line kept in the header (NUL-separated arguments).
@@ -112,6 +113,10 @@ pub struct Layout {
     pub failures_offset: u64,
     /// Number of failure records the file has room for.
     pub failure_capacity: u64,
+    /// Byte offset of the first [`ErrorRecord`].
+    pub errors_offset: u64,
+    /// Number of error records the file has room for.
+    pub error_capacity: u64,
     /// Total size of the file when every region is full.
     pub file_size: u64,
 }
@@ -129,6 +134,7 @@ impl Layout {
         stack_capacity: u64,
         frame_capacity: u64,
         failure_capacity: u64,
+        error_capacity: u64,
     ) -> Option<Self> {
         let modules_offset = HEADER_SIZE;
         let Some(modules_bytes) =
@@ -161,7 +167,16 @@ impl Layout {
         else {
             return None;
         };
-        let Some(file_size) = failures_offset.checked_add(failures_bytes) else {
+        let Some(errors_offset) = failures_offset.checked_add(failures_bytes) else {
+            return None;
+        };
+        let errors_offset = round_up_to_page(errors_offset);
+        let Some(errors_bytes) =
+            error_capacity.checked_mul(core::mem::size_of::<ErrorRecord>() as u64)
+        else {
+            return None;
+        };
+        let Some(file_size) = errors_offset.checked_add(errors_bytes) else {
             return None;
         };
         Some(Layout {
@@ -173,8 +188,15 @@ impl Layout {
             frame_capacity,
             failures_offset,
             failure_capacity,
+            errors_offset,
+            error_capacity,
             file_size: round_up_to_page(file_size),
         })
+    }
+
+    /// Byte offset of error record `index`.
+    pub const fn error_offset(&self, index: u64) -> u64 {
+        self.errors_offset + index * core::mem::size_of::<ErrorRecord>() as u64
     }
 
     /// Byte offset of failure record `index`.
@@ -267,6 +289,13 @@ pub struct Header {
     pub crash_signal: u32,
     /// Frames in `crash_frames`.
     pub crash_depth: u32,
+    /// Heap errors found by guards; records beyond `error_capacity` are counted here but not
+    /// stored (*live*).
+    pub error_count: u64,
+    /// The guard mode in force: one of [`guard_mode`].
+    pub guard_mode: u32,
+    /// Reserved, zero.
+    pub reserved1: u32,
     /// Where the crash happened, innermost first. Frame 0 is the faulting instruction's
     /// address (not a return address: symbolize it as is); the others are return addresses.
     pub crash_frames: [u64; CRASH_DEPTH],
@@ -325,6 +354,79 @@ pub struct FailureRecord {
     pub rule: u32,
     /// Reserved, zero.
     pub reserved: u32,
+}
+
+/// One heap error found by a guard, reported once.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ErrorRecord {
+    /// One of [`error_kind`].
+    pub kind: u32,
+    /// The stack of the access or call that found the error (the bad free, the faulting
+    /// access, the allocation call with a bad argument); [`UNKNOWN_STACK_ID`] if unknown.
+    pub stack: u32,
+    /// The address involved (the pointer freed, the faulting address).
+    pub address: u64,
+    /// Requested size of the block involved, 0 if no block is known.
+    pub block_size: u64,
+    /// Offset of `address` from the block's first byte (negative: before it; ≥ block_size:
+    /// after its end), or for a size mismatch the size the deallocation claimed; for a bad
+    /// alignment argument, the alignment.
+    pub offset: i64,
+    /// The block's allocation stack, [`UNKNOWN_STACK_ID`] if unknown.
+    pub alloc_stack: u32,
+    /// The block's free stack (use after free, double free), [`UNKNOWN_STACK_ID`] if none.
+    pub free_stack: u32,
+    /// ns after start when it was found.
+    pub time_ns: u64,
+}
+
+/// Codes of [`ErrorRecord::kind`].
+pub mod error_kind {
+    /// Bytes after the end of a block were written.
+    pub const HEAP_BUFFER_OVERFLOW: u32 = 1;
+    /// Bytes before a block (its header or front redzone) were written.
+    pub const HEAP_BUFFER_UNDERFLOW: u32 = 2;
+    /// A block was freed twice.
+    pub const DOUBLE_FREE: u32 = 3;
+    /// A pointer memwarden never returned (or the inside of a block) was freed.
+    pub const INVALID_FREE: u32 = 4;
+    /// Allocation and deallocation functions do not match (`new[]` freed with `free`…).
+    pub const ALLOC_DEALLOC_MISMATCH: u32 = 5;
+    /// A sized deallocation named another size than the block's.
+    pub const SIZE_MISMATCH: u32 = 6;
+    /// A freed block was accessed (page mode: faulting access; header mode: its free
+    /// pattern was overwritten while it waited in quarantine).
+    pub const USE_AFTER_FREE: u32 = 7;
+    /// An alignment argument glibc refuses (posix_memalign, aligned_alloc, memalign).
+    pub const INVALID_ALIGNMENT: u32 = 8;
+
+    /// The name shown in reports, as sanitizers spell them.
+    pub const fn name(code: u32) -> &'static str {
+        match code {
+            HEAP_BUFFER_OVERFLOW => "heap-buffer-overflow",
+            HEAP_BUFFER_UNDERFLOW => "heap-buffer-underflow",
+            DOUBLE_FREE => "double-free",
+            INVALID_FREE => "invalid-free",
+            ALLOC_DEALLOC_MISMATCH => "alloc-dealloc-mismatch",
+            SIZE_MISMATCH => "size-mismatch",
+            USE_AFTER_FREE => "heap-use-after-free",
+            INVALID_ALIGNMENT => "invalid-alignment",
+            _ => "unknown",
+        }
+    }
+}
+
+/// Codes of [`Header::guard_mode`].
+pub mod guard_mode {
+    /// No guard: plain profiling.
+    pub const NONE: u32 = 0;
+    /// Headers and canary redzones, checked at free and at exit.
+    pub const HEADER: u32 = 1;
+    /// Every block against an inaccessible page; freed blocks kept inaccessible.
+    pub const PAGE: u32 = 2;
+    /// One block in N in a guarded slot of a bounded pool.
+    pub const SAMPLED: u32 = 3;
 }
 
 /// Codes of [`FailureRecord::function`].
@@ -428,6 +530,7 @@ const _: () = assert!(core::mem::size_of::<Header>() as u64 <= HEADER_SIZE);
 const _: () = assert!(core::mem::size_of::<StackRecord>() == 128);
 const _: () = assert!(core::mem::size_of::<ModuleRecord>() == 512);
 const _: () = assert!(core::mem::size_of::<FailureRecord>() == 48);
+const _: () = assert!(core::mem::size_of::<ErrorRecord>() == 48);
 const _: () = assert!(core::mem::offset_of!(Header, heap) % 16 == 0);
 
 /// Capacities the preload uses unless told otherwise.
@@ -442,6 +545,8 @@ pub mod defaults {
     pub const MAX_DEPTH: u32 = 64;
     /// Injected failures stored (more are counted).
     pub const FAILURE_CAPACITY: u64 = 4096;
+    /// Heap errors stored (more are counted).
+    pub const ERROR_CAPACITY: u64 = 4096;
 }
 
 /// The figures of one stack at the process's peak, by the rule in the crate docs.
@@ -472,6 +577,7 @@ mod tests {
             defaults::STACK_CAPACITY,
             defaults::FRAME_CAPACITY,
             defaults::FAILURE_CAPACITY,
+            defaults::ERROR_CAPACITY,
         )
         .unwrap();
         assert_eq!(l.modules_offset, HEADER_SIZE);
@@ -479,13 +585,15 @@ mod tests {
         assert_eq!(l.stacks_offset % 4096, 0);
         assert_eq!(l.frames_offset % 4096, 0);
         assert!(l.failures_offset >= l.frames_offset + l.frame_capacity * 8);
-        assert!(l.file_size >= l.failures_offset + l.failure_capacity * 48);
+        assert!(l.errors_offset >= l.failures_offset + l.failure_capacity * 48);
+        assert!(l.file_size >= l.errors_offset + l.error_capacity * 48);
     }
 
     #[test]
     fn layout_overflow_is_refused() {
-        assert!(Layout::new(u64::MAX, 1, 1, 1).is_none());
-        assert!(Layout::new(1, u64::MAX / 2, 1, 1).is_none());
-        assert!(Layout::new(1, 1, 1, u64::MAX / 2).is_none());
+        assert!(Layout::new(u64::MAX, 1, 1, 1, 1).is_none());
+        assert!(Layout::new(1, u64::MAX / 2, 1, 1, 1).is_none());
+        assert!(Layout::new(1, 1, 1, u64::MAX / 2, 1).is_none());
+        assert!(Layout::new(1, 1, 1, 1, u64::MAX / 2).is_none());
     }
 }

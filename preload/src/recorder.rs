@@ -26,6 +26,7 @@ impl Recorder {
             config.numeric[STACK_CAPACITY],
             config.numeric[FRAME_CAPACITY],
             memwarden_abi::defaults::FAILURE_CAPACITY,
+            memwarden_abi::defaults::ERROR_CAPACITY,
         )
         .ok_or(libc::EOVERFLOW)?;
         let fd = profile_file::create_file(&config.output_dir, identity, &layout)?;

@@ -35,11 +35,13 @@ pub fn compact_profile_file(path: &Path) -> Result<bool, Error> {
     }))?;
     let old = header.layout;
     let failures_stored = header.failure_count.min(old.failure_capacity);
+    let errors_stored = header.error_count.min(old.error_capacity);
     let Some(dense) = Layout::new(
         header.module_count,
         header.stack_count,
         header.frame_words_used,
         failures_stored,
+        errors_stored,
     ) else {
         return Ok(false);
     };
@@ -68,6 +70,11 @@ pub fn compact_profile_file(path: &Path) -> Result<bool, Error> {
             old.failures_offset,
             dense.failures_offset,
             old.failure_offset(failures_stored) - old.failures_offset,
+        ),
+        (
+            old.errors_offset,
+            dense.errors_offset,
+            old.error_offset(errors_stored) - old.errors_offset,
         ),
     ];
     let mut image = vec![0u8; dense.file_size as usize];

@@ -44,7 +44,7 @@ pub(crate) fn read_u64(bytes: &[u8], offset: usize) -> Option<u64> {
 
 /// Each field of a [`Layout`](memwarden_abi::Layout) with its offset inside the struct, for
 /// writing a layout into header bytes field by field.
-pub(crate) fn layout_fields(l: &memwarden_abi::Layout) -> [(usize, u64); 9] {
+pub(crate) fn layout_fields(l: &memwarden_abi::Layout) -> [(usize, u64); 11] {
     use memwarden_abi::Layout;
     use std::mem::offset_of;
     [
@@ -56,6 +56,8 @@ pub(crate) fn layout_fields(l: &memwarden_abi::Layout) -> [(usize, u64); 9] {
         (offset_of!(Layout, frame_capacity), l.frame_capacity),
         (offset_of!(Layout, failures_offset), l.failures_offset),
         (offset_of!(Layout, failure_capacity), l.failure_capacity),
+        (offset_of!(Layout, errors_offset), l.errors_offset),
+        (offset_of!(Layout, error_capacity), l.error_capacity),
         (offset_of!(Layout, file_size), l.file_size),
     ]
 }

@@ -256,6 +256,7 @@ fn check_header(header: &Header, len: u64) -> Result<(), ProfileError> {
         l.stack_capacity,
         l.frame_capacity,
         l.failure_capacity,
+        l.error_capacity,
     ) != Some(l)
     {
         return Err(ProfileError::Layout {

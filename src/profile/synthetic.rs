@@ -73,7 +73,7 @@ pub struct ProfileBuilder {
 impl ProfileBuilder {
     /// A profile of process `pid` with nothing recorded yet, max_depth 64, small capacities.
     pub fn new(pid: u32) -> Self {
-        let Some(layout) = Layout::new(16, 64, 1024, 16) else {
+        let Some(layout) = Layout::new(16, 64, 1024, 16, 16) else {
             unreachable!("small capacities fit")
         };
         let header = Header {
@@ -107,6 +107,9 @@ impl ProfileBuilder {
             crash_signal: 0,
             crash_depth: 0,
             crash_frames: [0; memwarden_abi::CRASH_DEPTH],
+            error_count: 0,
+            guard_mode: 0,
+            reserved1: 0,
             reserved: [0; 30],
             argv: [0; ARGV_CAPACITY],
         };
