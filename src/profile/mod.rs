@@ -3,6 +3,7 @@
 
 mod compact;
 mod dir;
+mod errors;
 mod failures;
 mod plain;
 mod reader;
@@ -11,12 +12,13 @@ pub mod synthetic;
 
 use std::path::PathBuf;
 
-use memwarden_abi::{flags, FailureRecord, StackRecord, MODULE_MAIN, MODULE_VDSO};
+use memwarden_abi::{flags, ErrorRecord, FailureRecord, StackRecord, MODULE_MAIN, MODULE_VDSO};
 
 use crate::Exit;
 
 pub use compact::compact_profile_file;
 pub use dir::{load_dir, profile_paths, OutputDir};
+pub use errors::guard_mode_name;
 pub use reader::{read_profile, read_profile_file, ProfileError, Source};
 
 /// One process image as its profile file recorded it.
@@ -69,6 +71,13 @@ pub struct Profile {
     pub failures: Vec<FailureRecord>,
     /// The fatal signal the preload caught and where, if it caught one.
     pub crash: Option<Crash>,
+    /// The guard mode in force: one of `memwarden_abi::guard_mode`.
+    pub guard_mode: u32,
+    /// Heap errors found by guards, stored or not.
+    pub error_count: u64,
+    /// The stored heap-error records (at most the file's capacity), in the order claimed;
+    /// kinds are known and stack ids are below the stack count.
+    pub errors: Vec<ErrorRecord>,
 }
 
 /// Where a process crashed, as the preload recorded it from its signal handler.
@@ -179,6 +188,10 @@ mod reader_tests;
 #[cfg(test)]
 #[path = "failures_tests.rs"]
 mod failures_tests;
+
+#[cfg(test)]
+#[path = "errors_tests.rs"]
+mod errors_tests;
 
 #[cfg(test)]
 mod tests {

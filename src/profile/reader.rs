@@ -3,8 +3,8 @@
 //! panic or an out-of-bounds read.
 //!
 //! Only the regions in use are read (header, `module_count` modules, `stack_count` stacks,
-//! `frame_words_used` frames, the stored failure records): the file is sized for its
-//! capacities and mostly sparse.
+//! `frame_words_used` frames, the stored failure and heap-error records): the file is
+//! sized for its capacities and mostly sparse.
 
 use std::fs::File;
 use std::io;
@@ -17,6 +17,7 @@ use memwarden_abi::{
     UNKNOWN_STACK_ID,
 };
 
+use super::errors::{error_region, parse_errors, parse_guard_mode};
 use super::failures::{failure_region, parse_crash, parse_failures};
 use super::plain::{read_plain, read_u64};
 use super::{Module, Profile, Stack};
@@ -125,6 +126,17 @@ pub enum ProfileError {
         /// What is wrong.
         what: String,
     },
+    /// A heap-error record that does not fit the rest of the file.
+    #[error("heap error {index}: {what}")]
+    HeapError {
+        /// Record index.
+        index: u64,
+        /// What is wrong.
+        what: String,
+    },
+    /// A `guard_mode` this reader does not know.
+    #[error("corrupt header: unknown guard_mode {0}")]
+    GuardMode(u32),
     /// More crash frames than the header has room for.
     #[error("corrupt header: crash_depth {depth} exceeds {CRASH_DEPTH}")]
     CrashDepth {
@@ -203,6 +215,8 @@ pub fn read_profile<S: Source + ?Sized>(source: &S) -> Result<Profile, ProfileEr
     )?;
     let (failures_start, failures_end) = failure_region(&header);
     let failures = read_region(source, failures_start, failures_end)?;
+    let (errors_start, errors_end) = error_region(&header);
+    let errors = read_region(source, errors_start, errors_end)?;
 
     Ok(Profile {
         path: Default::default(),
@@ -228,6 +242,9 @@ pub fn read_profile<S: Source + ?Sized>(source: &S) -> Result<Profile, ProfileEr
         failure_count: header.failure_count,
         failures: parse_failures(&failures, &header)?,
         crash: parse_crash(&header)?,
+        guard_mode: parse_guard_mode(&header)?,
+        error_count: header.error_count,
+        errors: parse_errors(&errors, &header)?,
     })
 }
 
@@ -294,6 +311,7 @@ fn check_header(header: &Header, len: u64) -> Result<(), ProfileError> {
         ("stack records", l.stack_offset(header.stack_count)),
         ("frame words", l.frame_offset(header.frame_words_used)),
         ("injected-failure records", failure_region(header).1),
+        ("heap-error records", error_region(header).1),
     ];
     for (what, end) in regions {
         if end > len {

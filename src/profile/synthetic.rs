@@ -5,8 +5,8 @@
 use std::mem::offset_of;
 
 use memwarden_abi::{
-    exit_kind, FailureRecord, Header, Layout, ModuleRecord, StackRecord, ARGV_CAPACITY,
-    CRASH_DEPTH, FORMAT_VERSION, MAGIC,
+    exit_kind, ErrorRecord, FailureRecord, Header, Layout, ModuleRecord, StackRecord,
+    ARGV_CAPACITY, CRASH_DEPTH, FORMAT_VERSION, MAGIC,
 };
 
 use super::{read_profile, Profile};
@@ -68,6 +68,9 @@ pub struct ProfileBuilder {
     /// Injected-failure records, written up to the failure capacity (16). The header's
     /// `failure_count` is their number unless it was set higher.
     pub failures: Vec<FailureRecord>,
+    /// Heap-error records, written up to the error capacity (16). The header's
+    /// `error_count` is their number unless it was set higher.
+    pub errors: Vec<ErrorRecord>,
 }
 
 impl ProfileBuilder {
@@ -122,7 +125,20 @@ impl ProfileBuilder {
             unknown_stack,
             argv: Vec::new(),
             failures: Vec::new(),
+            errors: Vec::new(),
         }
+    }
+
+    /// Adds a heap-error record.
+    pub fn error(mut self, record: ErrorRecord) -> Self {
+        self.errors.push(record);
+        self
+    }
+
+    /// Sets the guard mode (one of `memwarden_abi::guard_mode`).
+    pub fn guard_mode(mut self, mode: u32) -> Self {
+        self.header.guard_mode = mode;
+        self
     }
 
     /// Adds an injected-failure record.
@@ -211,8 +227,12 @@ impl ProfileBuilder {
         for (index, failure) in (0..layout.failure_capacity).zip(&self.failures) {
             write_failure(&mut file, layout.failure_offset(index) as usize, failure);
         }
+        for (index, error) in (0..layout.error_capacity).zip(&self.errors) {
+            write_error(&mut file, layout.error_offset(index) as usize, error);
+        }
         let mut header = self.header;
         header.failure_count = header.failure_count.max(self.failures.len() as u64);
+        header.error_count = header.error_count.max(self.errors.len() as u64);
         header.stack_count = 1 + self.stacks.len() as u64;
         header.frame_words_used = frame_words;
         header.module_count = self.modules.len() as u64;
@@ -291,6 +311,8 @@ fn write_header(file: &mut [u8], h: &Header) {
     field!(failure_count);
     field!(crash_signal);
     field!(crash_depth);
+    field!(error_count);
+    field!(guard_mode);
     for (i, word) in h.crash_frames.iter().enumerate() {
         put(
             file,
@@ -318,6 +340,26 @@ fn write_failure(file: &mut [u8], at: usize, r: &FailureRecord) {
     field!(stack);
     field!(function);
     field!(rule);
+}
+
+fn write_error(file: &mut [u8], at: usize, r: &ErrorRecord) {
+    macro_rules! field {
+        ($name:ident) => {
+            put(
+                file,
+                at + offset_of!(ErrorRecord, $name),
+                &r.$name.to_le_bytes(),
+            )
+        };
+    }
+    field!(kind);
+    field!(stack);
+    field!(address);
+    field!(block_size);
+    field!(offset);
+    field!(alloc_stack);
+    field!(free_stack);
+    field!(time_ns);
 }
 
 fn write_stack(file: &mut [u8], at: usize, r: &StackRecord) {

@@ -87,7 +87,7 @@ fn a_folder_becomes_a_report_files_and_a_summary() {
 
     let json: serde_json::Value =
         serde_json::from_str(&fs::read_to_string(dir.path().join("report.json")).unwrap()).unwrap();
-    assert_eq!(json["format_version"], 2);
+    assert_eq!(json["format_version"], 3);
     assert_eq!(json["command"], serde_json::json!(["sh", "-c", "prog a"]));
     let processes = json["processes"].as_array().unwrap();
     let summary: Vec<_> = processes

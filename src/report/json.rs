@@ -4,14 +4,15 @@
 use memwarden_abi::{degraded_reason, flags, UNKNOWN_STACK_ID};
 use serde::{Deserialize, Serialize};
 
+use super::errors::ErrorReport;
 use super::failures::{CrashReport, FailureReport};
-use super::{failures, frames, site};
+use super::{errors, failures, frames, site};
 use crate::analysis::{ExitSource, Process, StackFigures, Totals};
 use crate::symbolize::Symbolizer;
 use crate::Exit;
 
 /// Version of the `report.json` format.
-pub const REPORT_FORMAT_VERSION: u32 = 2;
+pub const REPORT_FORMAT_VERSION: u32 = 3;
 
 /// Function name given to the single frame of the reserved unknown stack.
 pub const UNKNOWN_STACK_LABEL: &str = "[unknown stack]";
@@ -80,6 +81,12 @@ pub struct ProcessReport {
     pub injected_failure_count: u64,
     /// The fatal signal the preload caught (only with `--fail`), or null.
     pub crash: Option<CrashReport>,
+    /// The guard mode in force: `none`, `header`, `page` or `sampled`.
+    pub guard_mode: String,
+    /// Heap errors found by guards (all, or as many as were stored).
+    pub errors: Vec<ErrorReport>,
+    /// Heap errors found, stored or not.
+    pub error_count: u64,
     /// Stacks, by bytes at the peak, then bytes allocated.
     pub stacks: Vec<StackReport>,
 }
@@ -209,6 +216,9 @@ fn process(p: &Process, symbolizer: &mut Symbolizer) -> ProcessReport {
         injected_failures: failures::failures(profile, symbolizer),
         injected_failure_count: profile.failure_count,
         crash: failures::crash(profile, symbolizer),
+        guard_mode: crate::profile::guard_mode_name(profile.guard_mode).to_owned(),
+        errors: errors::errors(profile, symbolizer),
+        error_count: profile.error_count,
         stacks: p.stacks.iter().map(|s| stack(p, s, symbolizer)).collect(),
     }
 }

@@ -1,6 +1,8 @@
 //! The report, last stage of the pipeline: from an output folder's profiles to
 //! `report.json`, the collapsed stacks, the flame graphs and the summary text.
 
+pub mod error_text;
+pub mod errors;
 pub mod failures;
 pub mod flamegraph;
 pub mod folded;

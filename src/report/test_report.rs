@@ -34,6 +34,9 @@ pub(crate) fn process_report(pid: u32, argv: &[&str]) -> ProcessReport {
         injected_failures: Vec::new(),
         injected_failure_count: 0,
         crash: None,
+        guard_mode: "none".to_owned(),
+        errors: Vec::new(),
+        error_count: 0,
         stacks: Vec::new(),
     }
 }

@@ -1,9 +1,10 @@
 //! Report stage: the short summary the CLI prints on stderr after the run — per process
-//! its exit, peak, top stacks at the peak, totals, leaks, injected failures, crash and
-//! flags.
+//! its exit, peak, top stacks at the peak, totals, leaks, injected failures, crash, flags
+//! and guard mode, then its heap errors (`error_text`).
 
 use std::fmt::Write;
 
+use super::error_text::{guard_line, total_line, write_errors};
 use super::json::{FrameReport, ProcessReport, Report, StackReport};
 
 /// Processes shown in full; more are summed up in one line (report.json has them all).
@@ -20,6 +21,8 @@ const ALLOCATOR_FUNCTIONS: &[&str] = &[
     "realloc",
     "reallocarray",
     "free",
+    "free_sized",
+    "free_aligned_sized",
     "posix_memalign",
     "aligned_alloc",
     "memalign",
@@ -42,6 +45,7 @@ const ALLOCATOR_FUNCTIONS: &[&str] = &[
 /// Name prefixes of allocator plumbing (C++ and Rust standard libraries).
 const ALLOCATOR_PREFIXES: &[&str] = &[
     "operator new",
+    "operator delete",
     "alloc::",
     "<alloc::",
     "core::alloc::",
@@ -77,12 +81,14 @@ pub fn summary(report: &Report, style: &Style, footer: &[String]) -> String {
     );
     let mut shown: Vec<&ProcessReport> = processes.iter().collect();
     if shown.len() > MAX_PROCESSES_SHOWN {
-        shown.sort_by_key(|p| std::cmp::Reverse(p.peak_bytes));
+        // Processes with heap errors first: their errors are shown with them.
+        shown.sort_by_key(|p| std::cmp::Reverse((p.error_count > 0, p.peak_bytes)));
         shown.truncate(MAX_PROCESSES_SHOWN);
         shown.sort_by(|a, b| a.start_time_ms.total_cmp(&b.start_time_ms));
     }
     for process in &shown {
         write_process(&mut out, process, style);
+        write_errors(&mut out, process);
     }
     if shown.len() < processes.len() {
         let _ = writeln!(
@@ -95,6 +101,9 @@ pub fn summary(report: &Report, style: &Style, footer: &[String]) -> String {
         write_totals(&mut out, processes);
     }
     for line in footer {
+        let _ = writeln!(out, "{line}");
+    }
+    if let Some(line) = total_line(processes) {
         let _ = writeln!(out, "{line}");
     }
     out
@@ -153,6 +162,9 @@ fn write_process(out: &mut String, p: &ProcessReport, style: &Style) {
         group(p.not_freed_blocks),
         if p.replaced_by_exec { "exec" } else { "exit" }
     );
+    if let Some(guard) = guard_line(p) {
+        let _ = writeln!(out, "  guard        {guard}");
+    }
     if p.injected_failure_count > 0 {
         let _ = writeln!(out, "  injected     {}", injected(p));
     }
@@ -259,13 +271,18 @@ fn is_allocator_frame(frame: &FrameReport) -> bool {
 
 /// The innermost few frames that are not allocator plumbing, innermost first.
 pub fn chain(frames: &[FrameReport]) -> String {
+    chain_of(frames, CHAIN_FRAMES)
+}
+
+/// Like [`chain`], with at most `count` frames.
+pub(crate) fn chain_of(frames: &[FrameReport], count: usize) -> String {
     let first_meaningful = frames
         .iter()
         .position(|f| !is_allocator_frame(f))
         .unwrap_or(0);
     let labels: Vec<String> = frames[first_meaningful..]
         .iter()
-        .take(CHAIN_FRAMES)
+        .take(count)
         .map(|f| shorten(&f.label()))
         .collect();
     if labels.is_empty() {
@@ -275,7 +292,7 @@ pub fn chain(frames: &[FrameReport]) -> String {
     }
 }
 
-fn shorten(label: &str) -> String {
+pub(crate) fn shorten(label: &str) -> String {
     match label.char_indices().nth(MAX_LABEL) {
         Some((cut, _)) => format!("{}…", &label[..cut]),
         None => label.to_owned(),
