@@ -7,6 +7,8 @@ use std::path::PathBuf;
 
 use memwarden_abi::MAX_DEPTH_LIMIT;
 
+use crate::guard_args::GuardArgs;
+
 /// Default output folder of `run`, relative to the current directory.
 pub const DEFAULT_OUTPUT: &str = "memwarden-out";
 /// Default number of stacks shown per process in the summary.
@@ -19,7 +21,8 @@ pub const USAGE: &str = "\
 memwarden: a heap profiler for Linux programs
 
 usage:
-  memwarden run [-o DIR] [--max-depth N] [--top N] [--fail RULE]... [--seed S] [--] CMD [ARGS...]
+  memwarden run [-o DIR] [--max-depth N] [--top N] [--fail RULE]... [--seed S]
+                [--guard MODE] [guard options] [--error-exitcode N] [--] CMD [ARGS...]
   memwarden report [--top N] DIR
   memwarden sweep [-o DIR] [--max-runs N] [--timeout SECS] [--jobs N] [--] CMD [ARGS...]
 
@@ -33,6 +36,20 @@ memwarden run      runs CMD with libmemwarden.so preloaded, follows every proces
   --fail RULE        make allocations fail on purpose, e.g. nth=3, p=1%, budget=100MB,
                      calls=new,in=function:parse_*; repeatable (docs/fault-injection.md)
   --seed S           seed of the p= rules, 0 to 2^64-1 (default: 0): same seed, same failures
+  --guard MODE       find heap errors (overflows, use after free, bad frees): header (cheap),
+                     page (each block against an inaccessible page) or sampled (one
+                     block in N guarded by a page); see docs/guards.md
+  --align N          every block N-aligned (a power of two, 8 to 2^30); with or
+                     without --guard
+  --fill-alloc BYTE  fill new blocks with BYTE (0-255 or 0x00-0xff)
+  --fill-free BYTE   fill freed blocks with BYTE
+  --guard-below      page mode: the inaccessible page goes before each block
+  --sample-rate N    sampled mode: one allocation in N is guarded (default: 1000)
+  --check-every N    header mode: check every live block every N allocation calls
+                     (default: 0, only at free and at exit)
+  --quarantine SIZE  header and page modes: freed bytes kept back to catch use after
+                     free, e.g. 16MiB (default: 64MiB)
+  --error-exitcode N exit with N (0-255) when a heap error was found
 
 memwarden report   renders the report of an earlier run again, from DIR/raw/*.mwp
                    and DIR/run.json, and prints the summary on stdout
@@ -49,8 +66,9 @@ memwarden sweep    runs CMD once to find its allocation call sites, then once pe
 Files written into DIR: report.json, peak.svg, not-freed.svg, allocated.svg and the
 same graphs as collapsed stacks (*.folded), run.json, raw/*.mwp.
 
-Exit status: `run` exits with CMD's status (128+N when signal N killed it); 2 when
-memwarden refuses its arguments or the target; `report` exits 1 on unreadable input;
+Exit status: `run` exits with CMD's status (128+N when signal N killed it), or with
+--error-exitcode's N when a heap error was found; 2 when memwarden refuses its
+arguments or the target; `report` exits 1 on unreadable input;
 `sweep` exits 0 when no site crashed or hung, 1 otherwise or when it cannot finish.
 ";
 
@@ -82,6 +100,8 @@ pub struct RunArgs {
     pub fail: Vec<String>,
     /// `--seed`: the seed of `p=` rules.
     pub seed: u64,
+    /// `--guard` and the options that go with it.
+    pub guard: GuardArgs,
     /// The command and its arguments (never empty).
     pub command: Vec<OsString>,
 }
@@ -199,6 +219,7 @@ fn parse_run(args: impl Iterator<Item = OsString>) -> Result<Command, UsageError
     let mut top = DEFAULT_TOP;
     let mut fail = Vec::new();
     let mut seed = 0;
+    let mut guard = GuardArgs::default();
     let mut command = Vec::new();
     while let Some(arg) = flags.next() {
         match arg {
@@ -221,9 +242,11 @@ fn parse_run(args: impl Iterator<Item = OsString>) -> Result<Command, UsageError
                 "--seed" => seed = number(&name, &flags.value(&name, attached)?, 0..=u64::MAX)?,
                 "-h" | "--help" => return Ok(Command::Help),
                 _ => {
-                    return Err(usage(format!(
-                        "unknown option '{name}' for `memwarden run`"
-                    )))
+                    if !guard.take(&name, attached, &mut flags)? {
+                        return Err(usage(format!(
+                            "unknown option '{name}' for `memwarden run`"
+                        )));
+                    }
                 }
             },
         }
@@ -237,12 +260,14 @@ fn parse_run(args: impl Iterator<Item = OsString>) -> Result<Command, UsageError
     if output.as_os_str().is_empty() {
         return Err(usage("option -o needs a non-empty folder"));
     }
+    guard.check()?;
     Ok(Command::Run(RunArgs {
         output,
         max_depth,
         top,
         fail,
         seed,
+        guard,
         command,
     }))
 }

@@ -43,6 +43,7 @@ fn run_takes_options_then_the_command() {
             top: 3,
             fail: Vec::new(),
             seed: 0,
+            guard: Default::default(),
             command: ["ls", "-l", "--", "x"].map(OsString::from).to_vec(),
         }
     );

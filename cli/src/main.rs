@@ -5,6 +5,7 @@
 
 mod args;
 mod fail_args;
+mod guard_args;
 mod output_dir;
 mod preload_lib;
 mod report_cmd;

@@ -1,6 +1,7 @@
 //! `memwarden run`: checks the target, starts it with the preload in its environment,
 //! reaps it and every orphaned descendant as a subreaper, records their statuses in
-//! `run.json`, then hands the output folder to the report stage.
+//! `run.json`, then hands the output folder to the report stage; with `--error-exitcode`,
+//! a heap error the report found decides the exit status.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -66,6 +67,13 @@ pub fn run(args: &RunArgs, colour: bool) -> Result<i32, String> {
             .env(FAIL_VARIABLE, fail_args::variable(&args.fail))
             .env(SEED_VARIABLE, args.seed.to_string());
     }
+    // Likewise, no guard option the command line did not give.
+    for (variable, value) in args.guard.variables() {
+        match value {
+            Some(value) => target.env(variable, value),
+            None => target.env_remove(variable),
+        };
+    }
     // The child starts with default dispositions: the parent ignores SIGINT and SIGQUIT
     // only once the child has been spawned.
     let child = target
@@ -87,8 +95,12 @@ pub fn run(args: &RunArgs, colour: bool) -> Result<i32, String> {
         .get(&root)
         .map_or(UNKNOWN_STATUS, |exit| exit.shell_status());
     compact_profiles(&out_dir);
-    render_report(&out_dir, args.top, colour);
-    Ok(status)
+    let heap_errors =
+        render_report(&out_dir, args.top, colour).unwrap_or_else(|| any_heap_error(&out_dir));
+    Ok(match args.guard.error_exitcode {
+        Some(code) if heap_errors => i32::from(code),
+        _ => status,
+    })
 }
 
 /// Every process is gone: shrink each profile file to its used size. A file that cannot be
@@ -107,14 +119,31 @@ fn say(line: &str) {
     let _ = writeln!(std::io::stderr(), "{line}");
 }
 
-fn render_report(out_dir: &Path, top: usize, colour: bool) {
+/// Prints the summary; returns whether any process of the run recorded a heap error, or
+/// `None` when there is no report.
+fn render_report(out_dir: &Path, top: usize, colour: bool) -> Option<bool> {
     let options = memwarden::report::Options { top, colour };
     match memwarden::report::generate(out_dir, &options) {
         Ok(done) => {
             let _ = std::io::stderr().write_all(done.summary.as_bytes());
+            Some(done.report.processes.iter().any(|p| p.error_count > 0))
         }
-        Err(e) => say(&format!("memwarden: error: no report: {e}")),
+        Err(e) => {
+            say(&format!("memwarden: error: no report: {e}"));
+            None
+        }
     }
+}
+
+/// Without a report (a profile is corrupt, say), whether any profile that can still be
+/// read recorded a heap error.
+fn any_heap_error(out_dir: &Path) -> bool {
+    let Ok(paths) = memwarden::profile::profile_paths(out_dir) else {
+        return false;
+    };
+    paths.iter().any(|path| {
+        memwarden::profile::read_profile_file(path).is_ok_and(|profile| profile.error_count > 0)
+    })
 }
 
 /// Orphaned descendants are reparented to this process, so it can reap them.

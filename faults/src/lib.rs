@@ -39,6 +39,19 @@ pub use parse::{parse_rule, parse_rules, KEYS};
 pub use site::site_key;
 pub use text::to_text;
 
+/// A size as rules write it (`100MB`, `64MiB`, `4096`: digits and an optional unit, in any
+/// case), for other options that take sizes (`memwarden run --quarantine`); the error says
+/// what is wrong with the text.
+///
+/// ```
+/// assert_eq!(memwarden_faults::parse_size("64MiB"), Ok(64 << 20));
+/// assert_eq!(memwarden_faults::parse_size("2kb"), Ok(2000));
+/// assert!(memwarden_faults::parse_size("12XB").unwrap_err().starts_with("bad unit 'XB'"));
+/// ```
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    number::parse_size(text).map_err(|e| e.message)
+}
+
 /// Bits of [`Rule::calls`]: which kinds of call a rule can make fail.
 pub mod calls {
     /// The malloc family (`malloc`, `calloc`, `realloc`, `posix_memalign`…).
