@@ -30,9 +30,22 @@ pub const STACK_CAPACITY: usize = 1;
 pub const FRAME_CAPACITY: usize = 2;
 /// The seed of `p=` rules (`--seed`).
 pub const SEED: usize = 3;
+/// Alignment of every block (`--align`; 0: glibc's own).
+pub const ALIGN: usize = 4;
+/// Byte written over new blocks (`--fill-alloc`; 256: none).
+pub const FILL_ALLOC: usize = 5;
+/// Byte written over freed blocks (`--fill-free`; 256: none).
+pub const FILL_FREE: usize = 6;
+/// Check every live block every N allocation calls (`--check-every`; 0: never).
+pub const CHECK_EVERY: usize = 7;
+/// Bytes of freed blocks kept back (`--quarantine`).
+pub const QUARANTINE: usize = 8;
+
+/// The guard mode (`--guard header|page|sampled`); no variable, no guard.
+pub const GUARD_VARIABLE: &CStr = c"MEMWARDEN_GUARD";
 
 /// Every numeric option, indexed by the constants above.
-pub const NUMERIC_OPTIONS: [NumericOption; 4] = [
+pub const NUMERIC_OPTIONS: [NumericOption; 9] = [
     NumericOption {
         variable: c"MEMWARDEN_MAX_DEPTH",
         default: defaults::MAX_DEPTH as u64,
@@ -58,12 +71,44 @@ pub const NUMERIC_OPTIONS: [NumericOption; 4] = [
         min: 0,
         max: u64::MAX,
     },
+    NumericOption {
+        variable: c"MEMWARDEN_ALIGN",
+        default: 0,
+        min: 0,
+        max: 1 << 30,
+    },
+    NumericOption {
+        variable: c"MEMWARDEN_FILL_ALLOC",
+        default: 256,
+        min: 0,
+        max: 256,
+    },
+    NumericOption {
+        variable: c"MEMWARDEN_FILL_FREE",
+        default: 256,
+        min: 0,
+        max: 256,
+    },
+    NumericOption {
+        variable: c"MEMWARDEN_CHECK_EVERY",
+        default: 0,
+        min: 0,
+        max: u64::MAX,
+    },
+    NumericOption {
+        variable: c"MEMWARDEN_QUARANTINE",
+        default: 64 << 20,
+        min: 0,
+        max: 1 << 40,
+    },
 ];
 
 /// The options in force for this process.
 pub struct Config {
     pub output_dir: Vec<u8>,
     pub fail_rules: Option<Vec<u8>>,
+    /// One of `memwarden_abi::guard_mode`.
+    pub guard_mode: u32,
     pub numeric: [u64; NUMERIC_OPTIONS.len()],
 }
 
@@ -84,6 +129,7 @@ impl Config {
         Some(Config {
             output_dir,
             fail_rules,
+            guard_mode: read_guard_mode(),
             numeric,
         })
     }
@@ -103,6 +149,45 @@ fn variable(name: &CStr) -> Option<&'static CStr> {
     }
     // SAFETY: getenv returns a NUL-terminated string.
     Some(unsafe { CStr::from_ptr(value) })
+}
+
+fn read_guard_mode() -> u32 {
+    use memwarden_abi::guard_mode;
+    let Some(text) = variable(GUARD_VARIABLE) else {
+        return guard_mode::NONE;
+    };
+    match text.to_bytes() {
+        b"header" => guard_mode::HEADER,
+        b"page" => guard_mode::PAGE,
+        b"sampled" => guard_mode::SAMPLED,
+        other => {
+            log::say(&[
+                b"invalid MEMWARDEN_GUARD=",
+                other,
+                b" (header, page or sampled); no guard",
+            ]);
+            guard_mode::NONE
+        }
+    }
+}
+
+/// `value` if it is a power of two of at least 8 (an alignment), else 0 (said once).
+pub fn alignment(value: u64) -> usize {
+    if value == 0 || (value >= 8 && value.is_power_of_two()) {
+        return value as usize;
+    }
+    let mut digits = [0u8; 20];
+    log::say(&[
+        b"invalid MEMWARDEN_ALIGN=",
+        log::decimal(value, &mut digits),
+        b" (a power of two of at least 8); not aligning",
+    ]);
+    0
+}
+
+/// A fill byte option: `None` for 256 (no fill).
+pub fn fill(value: u64) -> Option<u8> {
+    u8::try_from(value).ok()
 }
 
 fn read_numeric(option: &NumericOption) -> u64 {

@@ -83,6 +83,9 @@ extern "C" fn prepare() {
         return;
     };
     GATE.store(true, Ordering::SeqCst);
+    if let Some(header_guard) = crate::guard::header_guard() {
+        header_guard.lock_for_fork();
+    }
     let file = &recorder.file;
     let stacks = file
         .counter(core::mem::offset_of!(Header, stack_count))
@@ -134,6 +137,9 @@ fn copy_profile(recorder: &Recorder, stacks: u64) {
 fn release_locks(recorder: &Recorder) {
     for id in 0..LOCKED_STACKS.swap(0, Ordering::Relaxed) {
         spin::unlock_raw(stack_lock(recorder, id));
+    }
+    if let Some(header_guard) = crate::guard::header_guard() {
+        header_guard.unlock_after_fork();
     }
     GATE.store(false, Ordering::SeqCst);
 }

@@ -7,10 +7,11 @@
 //! makes before allocating (calloc and reallocarray overflow, posix_memalign's alignment) is
 //! made here first, so that a refused call is never recorded.
 
-use core::ffi::{c_int, c_void, CStr};
+use core::ffi::c_void;
 use core::sync::atomic::{AtomicUsize, Ordering};
 
-use memwarden_abi::failed_function;
+use crate::guard::{self, Family};
+use crate::hooks_guarded;
 
 use crate::block_header::{self, Tracked, HEADER_SIZE, MAX_TRACKED_SIZE};
 use crate::injection;
@@ -22,7 +23,7 @@ use crate::unwind::Caller;
 
 /// Which glibc function makes the underlying block.
 #[derive(Clone, Copy)]
-enum Source {
+pub enum Source {
     Malloc,
     Calloc,
     Aligned(usize),
@@ -30,7 +31,7 @@ enum Source {
     Pvalloc,
 }
 
-fn page_size() -> usize {
+pub fn page_size() -> usize {
     static PAGE: AtomicUsize = AtomicUsize::new(0);
     let known = PAGE.load(Ordering::Relaxed);
     if known != 0 {
@@ -43,7 +44,7 @@ fn page_size() -> usize {
 }
 
 /// glibc's own call, untracked.
-fn from_glibc(source: Source, size: usize) -> *mut c_void {
+pub fn from_glibc(source: Source, size: usize) -> *mut c_void {
     // SAFETY: each is glibc's allocator with the caller's arguments.
     unsafe {
         match source {
@@ -84,7 +85,7 @@ fn tracked_layout(source: Source, size: usize) -> Option<(usize, Source, usize)>
 /// While profiling: the caller's stack id, or `None` if a `--fail` rule makes this call
 /// fail (errno is then ENOMEM and the failure is recorded).
 #[inline(always)]
-fn stack_unless_failed(
+pub fn stack_unless_failed(
     recorder: &Recorder,
     guard: &Guard,
     caller: Caller,
@@ -105,36 +106,122 @@ fn stack_unless_failed(
 
 /// Charges a block glibc just made to `stack`.
 #[inline(always)]
-fn charge_new_block(recorder: &Recorder, stack: u32, size: usize) {
+pub fn charge_new_block(recorder: &Recorder, stack: u32, size: usize) {
     recorder.charge(stack, size as u64);
     if let Some(injector) = injection::injector() {
         injector.allocated(size as u64);
     }
 }
 
-/// Every allocating entry point: a tracked, headed block while profiling (or a failure a
-/// `--fail` rule asks for); glibc's plain answer otherwise.
-#[inline(always)]
-fn allocate(caller: Caller, function: u32, source: Source, size: usize) -> *mut c_void {
-    if let Some(recorder) = lifecycle::active() {
-        if let Some(guard) = Guard::enter() {
-            if let Some((offset, glibc, total)) = tracked_layout(source, size) {
-                let Some(stack) = stack_unless_failed(recorder, &guard, caller, function, size)
-                else {
-                    return core::ptr::null_mut();
-                };
-                let base = from_glibc(glibc, total);
-                if base.is_null() {
-                    return base;
-                }
-                charge_new_block(recorder, stack, size);
-                // SAFETY: `base` has room for `offset + size` bytes; offset is a power of two
-                // ≥ 16; size and stack are within the header's limits.
-                return unsafe { block_header::write(base, offset, size as u64, stack) };
-            }
+/// What an allocation came to: a block, a failure a `--fail` rule asked for, or glibc out of
+/// memory. (`operator new` treats the last two differently.)
+pub enum Outcome {
+    Block(*mut c_void),
+    Injected,
+    NoMemory,
+}
+
+impl Outcome {
+    fn from_block(block: *mut c_void) -> Outcome {
+        if block.is_null() {
+            Outcome::NoMemory
+        } else {
+            Outcome::Block(block)
         }
     }
-    from_glibc(source, size)
+
+    pub fn block(self) -> *mut c_void {
+        match self {
+            Outcome::Block(block) => block,
+            _ => core::ptr::null_mut(),
+        }
+    }
+}
+
+/// `--align N` (0: glibc's own alignment), set once at start-up.
+static ALIGN: AtomicUsize = AtomicUsize::new(0);
+
+/// Applies `--align` to every block from now on.
+pub fn set_alignment(alignment: usize) {
+    ALIGN.store(alignment, Ordering::Relaxed);
+}
+
+/// The source, with `--align` applied.
+#[inline(always)]
+fn aligned(source: Source) -> Source {
+    let align = ALIGN.load(Ordering::Relaxed);
+    if align <= HEADER_SIZE {
+        return source;
+    }
+    match source {
+        Source::Malloc | Source::Calloc => Source::Aligned(align),
+        Source::Aligned(requested) => Source::Aligned(requested.max(align)),
+        other => other,
+    }
+}
+
+/// Every allocating entry point: a tracked, headed block while profiling (or a failure a
+/// `--fail` rule asks for), a guarded block under `--guard header`; glibc's plain answer
+/// otherwise.
+#[inline(always)]
+pub fn allocate_outcome(caller: Caller, function: u32, source: Source, size: usize) -> Outcome {
+    if let Some(recorder) = lifecycle::active() {
+        let Some(guard) = Guard::enter() else {
+            // Re-entered (memwarden's own calls into libc): a plain block, known as such.
+            let block = from_glibc(aligned(source), size);
+            if let Some(header_guard) = guard::header_guard() {
+                header_guard.note_raw(block);
+            }
+            return Outcome::from_block(block);
+        };
+        if let Some(header_guard) = guard::header_guard() {
+            return hooks_guarded::allocate(
+                recorder,
+                &guard,
+                header_guard,
+                caller,
+                function,
+                source,
+                size,
+            );
+        }
+        let zeroed = matches!(source, Source::Calloc);
+        if let Some((offset, glibc, total)) = tracked_layout(aligned(source), size) {
+            let Some(stack) = stack_unless_failed(recorder, &guard, caller, function, size) else {
+                return Outcome::Injected;
+            };
+            let glibc = match glibc {
+                // An aligned calloc: memalign, then zeroed here.
+                Source::Aligned(_) if zeroed => glibc,
+                other => other,
+            };
+            let base = from_glibc(glibc, total);
+            if base.is_null() {
+                return Outcome::NoMemory;
+            }
+            if zeroed && matches!(glibc, Source::Aligned(_)) {
+                // SAFETY: the block holds `total` bytes from `base`.
+                unsafe { core::ptr::write_bytes(base.cast::<u8>(), 0, total) };
+            }
+            charge_new_block(recorder, stack, size);
+            // SAFETY: `base` has room for `offset + size` bytes; offset is a power of two
+            // ≥ 16; size and stack are within the header's limits.
+            return Outcome::Block(unsafe {
+                block_header::write(base, offset, size as u64, stack)
+            });
+        }
+    }
+    let block = from_glibc(aligned(source), size);
+    if lifecycle::starting() {
+        crate::preinit::note(block);
+    }
+    Outcome::from_block(block)
+}
+
+/// [`allocate_outcome`] for the C functions: the block, or null.
+#[inline(always)]
+pub fn allocate(caller: Caller, function: u32, source: Source, size: usize) -> *mut c_void {
+    allocate_outcome(caller, function, source, size).block()
 }
 
 /// Charges the release of a tracked block, if tracking is on.
@@ -147,10 +234,16 @@ fn charge_release(tracked: &Tracked) {
     }
 }
 
-/// Every freeing entry point: a tracked block is charged and handed back to glibc from its
-/// real start; any other pointer goes to glibc as it is.
+/// Every freeing entry point: under `--guard header` the guard checks and keeps the block;
+/// otherwise a tracked block is charged and handed back to glibc from its real start, and
+/// any other pointer goes to glibc as it is. `family` and `claimed` (a sized deallocation's
+/// size) only matter to the guard.
 #[inline(always)]
-fn release(block: *mut c_void) {
+pub fn release(caller: Caller, block: *mut c_void, family: Family, claimed: Option<u64>) {
+    if let Some(header_guard) = guard::header_guard() {
+        hooks_guarded::release(header_guard, caller, block, family, claimed);
+        return;
+    }
     // SAFETY: `block` is non-null and came from the malloc family (C contract of free).
     match unsafe { block_header::read(block) } {
         Some(tracked) => {
@@ -168,9 +261,12 @@ fn release(block: *mut c_void) {
 
 /// `realloc` and `reallocarray`: the release of the old block and an allocation of the new
 /// size at the caller's stack, or nothing at all if glibc (or a `--fail` rule) refuses.
-fn reallocate(caller: Caller, function: u32, block: *mut c_void, size: usize) -> *mut c_void {
+pub fn reallocate(caller: Caller, function: u32, block: *mut c_void, size: usize) -> *mut c_void {
     if block.is_null() {
         return allocate(caller, function, Source::Malloc, size);
+    }
+    if let Some(header_guard) = guard::header_guard() {
+        return hooks_guarded::reallocate(header_guard, caller, function, block, size);
     }
     // SAFETY: non-null pointer from the malloc family (C contract of realloc).
     let Some(tracked) = (unsafe { block_header::read(block) }) else {
@@ -179,7 +275,7 @@ fn reallocate(caller: Caller, function: u32, block: *mut c_void, size: usize) ->
     if size == 0 {
         // glibc's realloc(p, 0) frees the block and returns NULL.
         let errno = SavedErrno::save();
-        release(block);
+        release(caller, block, Family::Malloc, None);
         errno.restore();
         return core::ptr::null_mut();
     }
@@ -268,7 +364,7 @@ fn move_block(
     // SAFETY: both blocks hold at least `keep` bytes and are distinct.
     unsafe { core::ptr::copy_nonoverlapping(block.cast::<u8>(), fresh.cast::<u8>(), keep) };
     let errno = SavedErrno::save();
-    release(block);
+    release(caller, block, Family::Malloc, None);
     errno.restore();
     fresh
 }
@@ -277,254 +373,4 @@ fn move_block(
 pub fn valid_posix_alignment(alignment: usize) -> bool {
     let word = core::mem::size_of::<*const c_void>();
     alignment != 0 && alignment.is_multiple_of(word) && (alignment / word).is_power_of_two()
-}
-
-/// An allocating export: a naked entry stub that hands the entry stack pointer and frame
-/// pointer (the caller's registers, before anything touches them) to the function's body as
-/// two extra arguments, in the registers after its own.
-macro_rules! export_with_caller {
-    ($(#[$doc:meta])* $name:ident => $body:ident, entry_sp: $sp:literal, bp: $bp:literal) => {
-        $(#[$doc])*
-        #[unsafe(naked)]
-        #[no_mangle]
-        pub unsafe extern "C" fn $name() {
-            core::arch::naked_asm!(
-                concat!("mov ", $sp, ", rsp"),
-                concat!("mov ", $bp, ", rbp"),
-                "jmp {body}",
-                body = sym $body,
-            )
-        }
-    };
-}
-
-/// `count × size` for calloc and reallocarray; on overflow errno is ENOMEM and glibc is not
-/// called (it would refuse too).
-fn array_size(count: usize, size: usize) -> Option<usize> {
-    let total = count.checked_mul(size);
-    if total.is_none() {
-        real::set_errno(libc::ENOMEM);
-    }
-    total
-}
-
-/// The caller, from what an entry stub passed.
-#[inline(always)]
-fn caller(entry_sp: u64, bp: u64) -> Caller {
-    // SAFETY: `entry_sp` is the stack pointer at an export's first instruction (the stubs
-    // above), so it points at the return address of the call.
-    unsafe { Caller::at_entry(entry_sp, bp) }
-}
-
-export_with_caller!(
-    /// # Safety
-    /// The C contract of `malloc`.
-    malloc => malloc_body, entry_sp: "rsi", bp: "rdx"
-);
-extern "C" fn malloc_body(size: usize, entry_sp: u64, bp: u64) -> *mut c_void {
-    allocate(
-        caller(entry_sp, bp),
-        failed_function::MALLOC,
-        Source::Malloc,
-        size,
-    )
-}
-
-export_with_caller!(
-    /// # Safety
-    /// The C contract of `calloc`.
-    calloc => calloc_body, entry_sp: "rdx", bp: "rcx"
-);
-extern "C" fn calloc_body(count: usize, size: usize, entry_sp: u64, bp: u64) -> *mut c_void {
-    match array_size(count, size) {
-        Some(total) => allocate(
-            caller(entry_sp, bp),
-            failed_function::CALLOC,
-            Source::Calloc,
-            total,
-        ),
-        None => core::ptr::null_mut(),
-    }
-}
-
-export_with_caller!(
-    /// # Safety
-    /// The C contract of `realloc`.
-    realloc => realloc_body, entry_sp: "rdx", bp: "rcx"
-);
-extern "C" fn realloc_body(block: *mut c_void, size: usize, entry_sp: u64, bp: u64) -> *mut c_void {
-    reallocate(caller(entry_sp, bp), failed_function::REALLOC, block, size)
-}
-
-export_with_caller!(
-    /// # Safety
-    /// The C contract of `reallocarray`.
-    reallocarray => reallocarray_body, entry_sp: "rcx", bp: "r8"
-);
-extern "C" fn reallocarray_body(
-    block: *mut c_void,
-    count: usize,
-    size: usize,
-    entry_sp: u64,
-    bp: u64,
-) -> *mut c_void {
-    match array_size(count, size) {
-        Some(total) => reallocate(
-            caller(entry_sp, bp),
-            failed_function::REALLOCARRAY,
-            block,
-            total,
-        ),
-        None => core::ptr::null_mut(),
-    }
-}
-
-#[no_mangle]
-pub extern "C" fn free(block: *mut c_void) {
-    if block.is_null() {
-        return;
-    }
-    let errno = SavedErrno::save();
-    release(block);
-    errno.restore();
-}
-
-export_with_caller!(
-    /// # Safety
-    /// The C contract of `posix_memalign`: `out` is valid for a pointer-sized write.
-    posix_memalign => posix_memalign_body, entry_sp: "rcx", bp: "r8"
-);
-/// # Safety
-/// `out` must be valid for a pointer-sized write, as the C contract requires.
-unsafe extern "C" fn posix_memalign_body(
-    out: *mut *mut c_void,
-    alignment: usize,
-    size: usize,
-    entry_sp: u64,
-    bp: u64,
-) -> c_int {
-    if !valid_posix_alignment(alignment) {
-        return libc::EINVAL;
-    }
-    let errno = SavedErrno::save();
-    let block = allocate(
-        caller(entry_sp, bp),
-        failed_function::POSIX_MEMALIGN,
-        Source::Aligned(alignment),
-        size,
-    );
-    errno.restore();
-    if block.is_null() {
-        return libc::ENOMEM;
-    }
-    // SAFETY: the caller passes a writable pointer slot (C contract).
-    unsafe { *out = block };
-    0
-}
-
-export_with_caller!(
-    /// # Safety
-    /// The C contract of `aligned_alloc`.
-    aligned_alloc => aligned_alloc_body, entry_sp: "rdx", bp: "rcx"
-);
-/// `aligned_alloc`, which is memalign in glibc 2.36 (same rounding of odd alignments).
-extern "C" fn aligned_alloc_body(
-    alignment: usize,
-    size: usize,
-    entry_sp: u64,
-    bp: u64,
-) -> *mut c_void {
-    allocate(
-        caller(entry_sp, bp),
-        failed_function::ALIGNED_ALLOC,
-        Source::Aligned(alignment),
-        size,
-    )
-}
-export_with_caller!(
-    /// # Safety
-    /// The C contract of `memalign`.
-    memalign => memalign_body, entry_sp: "rdx", bp: "rcx"
-);
-extern "C" fn memalign_body(alignment: usize, size: usize, entry_sp: u64, bp: u64) -> *mut c_void {
-    allocate(
-        caller(entry_sp, bp),
-        failed_function::MEMALIGN,
-        Source::Aligned(alignment),
-        size,
-    )
-}
-
-export_with_caller!(
-    /// # Safety
-    /// The C contract of `valloc`.
-    valloc => valloc_body, entry_sp: "rsi", bp: "rdx"
-);
-extern "C" fn valloc_body(size: usize, entry_sp: u64, bp: u64) -> *mut c_void {
-    allocate(
-        caller(entry_sp, bp),
-        failed_function::VALLOC,
-        Source::Valloc,
-        size,
-    )
-}
-
-export_with_caller!(
-    /// # Safety
-    /// The C contract of `pvalloc`.
-    pvalloc => pvalloc_body, entry_sp: "rsi", bp: "rdx"
-);
-extern "C" fn pvalloc_body(size: usize, entry_sp: u64, bp: u64) -> *mut c_void {
-    allocate(
-        caller(entry_sp, bp),
-        failed_function::PVALLOC,
-        Source::Pvalloc,
-        size,
-    )
-}
-
-#[no_mangle]
-pub extern "C" fn malloc_usable_size(block: *mut c_void) -> usize {
-    if block.is_null() {
-        return 0;
-    }
-    // SAFETY: a non-null pointer from the malloc family (C contract).
-    match unsafe { block_header::read(block) } {
-        Some(tracked) => real::malloc_usable_size(tracked.base).saturating_sub(tracked.offset),
-        None => real::malloc_usable_size(block),
-    }
-}
-
-/// The interposed function for an allocator symbol name, for `dlsym` redirection.
-pub fn hooked_symbol(name: &CStr) -> Option<usize> {
-    let address = match name.to_bytes() {
-        b"malloc" => malloc as *const () as usize,
-        b"calloc" => calloc as *const () as usize,
-        b"realloc" => realloc as *const () as usize,
-        b"reallocarray" => reallocarray as *const () as usize,
-        b"free" => free as *const () as usize,
-        b"posix_memalign" => posix_memalign as *const () as usize,
-        b"aligned_alloc" => aligned_alloc as *const () as usize,
-        b"memalign" => memalign as *const () as usize,
-        b"valloc" => valloc as *const () as usize,
-        b"pvalloc" => pvalloc as *const () as usize,
-        b"malloc_usable_size" => malloc_usable_size as *const () as usize,
-        _ => return None,
-    };
-    Some(address)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::valid_posix_alignment;
-
-    #[test]
-    fn posix_alignment_follows_glibc() {
-        for bad in [0usize, 1, 2, 3, 4, 31, 33, 4095, 4097, usize::MAX] {
-            assert!(!valid_posix_alignment(bad), "{bad} accepted");
-        }
-        for good in [8usize, 16, 32, 4096, 4 << 20, 16 << 20] {
-            assert!(valid_posix_alignment(good), "{good} refused");
-        }
-    }
 }

@@ -10,7 +10,7 @@ use core::ffi::{c_char, c_int, c_void, CStr};
 
 use crate::real::{self, NextSymbol};
 use crate::thread_state::Guard;
-use crate::{hooks, lifecycle, snapshot};
+use crate::{hooks_exports, lifecycle, snapshot};
 
 /// # Safety
 /// The C contract of `dlsym`: a valid handle and a NUL-terminated name.
@@ -57,7 +57,7 @@ extern "C" fn dlsym_filtered(handle: *mut c_void, symbol: *const c_char) -> *mut
     }
     // SAFETY: dlsym's contract: `symbol` is NUL-terminated (glibc just read it).
     let name = unsafe { CStr::from_ptr(symbol) };
-    match hooks::hooked_symbol(name) {
+    match hooks_exports::hooked_symbol(name) {
         Some(ours) if ours as *mut c_void != found && in_libc(found) => ours as *mut c_void,
         _ => found,
     }

@@ -176,6 +176,10 @@ impl Injector {
     pub fn fails(&self, recorder: &Recorder, stack: u32, function: u32, size: u64) -> bool {
         let (kind, function) = if function == failed_function::MMAP {
             (calls::MMAP, function)
+        } else if function == failed_function::OPERATOR_NEW
+            || function == failed_function::OPERATOR_NEW_ARRAY
+        {
+            (calls::NEW, function)
         } else {
             match self.origins.get(stack, || self.origin_of(recorder, stack)) {
                 FROM_NEW => (calls::NEW, failed_function::OPERATOR_NEW),

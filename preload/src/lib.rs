@@ -11,23 +11,34 @@
 //! host (`panic = "abort"`, no panicking paths on hooks); errno is preserved; when something
 //! goes wrong, tracking stops and says so once ([`lifecycle::degrade`]).
 #![deny(unsafe_op_in_unsafe_fn)]
+// The C++ operators are exported under their mangled names.
+#![allow(non_snake_case)]
 
 mod accounting;
+mod address_map;
 mod block_header;
 mod config;
 mod crash;
 mod elf_symbols;
 mod exits;
 mod fork;
+mod guard;
+mod guard_header;
+mod heap_errors;
 mod hooks;
+mod hooks_cxx;
 mod hooks_dl;
+mod hooks_exports;
+mod hooks_guarded;
 mod hooks_mmap;
 mod injection;
 mod libc_alloc;
 mod lifecycle;
 mod log;
 mod modules;
+mod preinit;
 mod profile_file;
+mod quarantine;
 mod real;
 mod recorder;
 mod snapshot;

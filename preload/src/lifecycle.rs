@@ -4,14 +4,14 @@
 
 use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU8, Ordering};
 
-use memwarden_abi::{degraded_reason, flags, Header};
+use memwarden_abi::{degraded_reason, flags, guard_mode, Header};
 
-use crate::config::{Config, SEED};
+use crate::config::{self, Config, SEED};
 use crate::log;
 use crate::profile_file::Identity;
 use crate::recorder::Recorder;
 use crate::thread_state::Guard;
-use crate::{crash, fork, injection, snapshot, unwind};
+use crate::{crash, fork, guard, injection, snapshot, unwind};
 
 const UNINITIALIZED: u8 = 0;
 const INITIALIZING: u8 = 1;
@@ -29,6 +29,12 @@ pub fn active() -> Option<&'static Recorder> {
         return None;
     }
     recorder()
+}
+
+/// True before start-up has finished (blocks made now carry no header).
+#[inline(always)]
+pub fn starting() -> bool {
+    STATE.load(Ordering::Relaxed) <= INITIALIZING
 }
 
 /// The recorder if one was made, active or not (a degraded process still records its exit).
@@ -70,6 +76,7 @@ pub fn initialize() {
             unwind::install_thread_exit_hook();
             snapshot::rebuild(&guard, Some(&recorder.file));
             recorder.note_own_malloc();
+            install_guard(recorder);
             if let Some(rules) = &recorder.config.fail_rules {
                 let executable = crate::modules::executable_path();
                 let name = executable
@@ -95,6 +102,41 @@ pub fn initialize() {
             STATE.store(DISABLED, Ordering::Release);
         }
     }
+}
+
+/// Applies `--align` and turns on the guard the configuration asks for.
+fn install_guard(recorder: &'static Recorder) {
+    let numeric = &recorder.config.numeric;
+    let align = config::alignment(numeric[config::ALIGN]);
+    crate::hooks::set_alignment(align);
+    let mode = match recorder.config.guard_mode {
+        guard_mode::HEADER => {
+            let settings = guard::Settings {
+                align,
+                fill_alloc: config::fill(numeric[config::FILL_ALLOC]),
+                fill_free: config::fill(numeric[config::FILL_FREE]),
+                check_every: numeric[config::CHECK_EVERY],
+                quarantine_bytes: numeric[config::QUARANTINE],
+            };
+            if guard::install(settings, recorder.waits()) {
+                guard_mode::HEADER
+            } else {
+                log::say(&[b"no memory for the header guard; running without it"]);
+                guard_mode::NONE
+            }
+        }
+        guard_mode::NONE => guard_mode::NONE,
+        _ => {
+            log::say(&[
+                b"the page and sampled guard modes are not available yet; running without a guard",
+            ]);
+            guard_mode::NONE
+        }
+    };
+    recorder
+        .file
+        .word32(core::mem::offset_of!(Header, guard_mode))
+        .store(mode, Ordering::Release);
 }
 
 /// Stops tracking after a failure: records why in the profile and says so once.

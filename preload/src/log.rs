@@ -43,3 +43,27 @@ pub fn decimal(value: u64, buffer: &mut [u8; 20]) -> &[u8] {
         }
     }
 }
+
+/// `0x` and the hexadecimal digits of `value` in `buffer`, without allocating.
+pub fn hex(value: u64, buffer: &mut [u8; 18]) -> &[u8] {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut at = buffer.len();
+    let mut rest = value;
+    loop {
+        at -= 1;
+        buffer[at] = DIGITS[(rest & 0xf) as usize];
+        rest >>= 4;
+        if rest == 0 {
+            break;
+        }
+    }
+    at -= 2;
+    buffer[at] = b'0';
+    buffer[at + 1] = b'x';
+    &buffer[at..]
+}
+
+/// Writes raw bytes to stderr (no prefix, no newline).
+pub fn raw(bytes: &[u8]) {
+    write_all(bytes);
+}

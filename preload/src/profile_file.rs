@@ -252,6 +252,16 @@ impl ProfileFile {
         }
     }
 
+    pub fn error_record(&self, index: u64) -> *mut memwarden_abi::ErrorRecord {
+        debug_assert!(index < self.layout.error_capacity);
+        // SAFETY: callers pass indexes below error_capacity.
+        unsafe {
+            self.base
+                .add(self.layout.error_offset(index) as usize)
+                .cast()
+        }
+    }
+
     pub fn frame_words(&self, start: u64) -> *mut u64 {
         debug_assert!(start < self.layout.frame_capacity);
         // SAFETY: callers pass word indexes below frame_capacity.

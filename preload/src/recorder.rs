@@ -135,6 +135,12 @@ pub fn record_exit(kind: u32, value: i32) {
         // SAFETY: getpid has no preconditions; pid is written once before tracking starts.
         let own = unsafe { libc::getpid() as u32 == (*recorder.file.header()).pid };
         if own {
+            if let (Some(header_guard), Some(_guard)) =
+                (crate::guard::header_guard(), Guard::enter())
+            {
+                // Every block still live is checked once more as the process ends.
+                header_guard.check_all(recorder);
+            }
             recorder.record_end(kind, value);
         }
     }

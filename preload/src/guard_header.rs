@@ -1,0 +1,117 @@
+//! Event (header guard): the layout of a guarded block and its header — memwarden's own
+//! metadata in front of the user data, never glibc's — with the check word that tells a
+//! genuine header (live or freed) from anything else.
+
+use core::ffi::c_void;
+
+pub const HEADER: usize = 16;
+pub const FRONT_REDZONE: usize = 16;
+pub const MIN_BACK_REDZONE: usize = 16;
+pub const FRONT_PATTERN: u8 = 0xfa;
+pub const BACK_PATTERN: u8 = 0xfb;
+pub const SIZE_MASK: u64 = (1 << 48) - 1;
+
+/// Which allocation family made a block; deallocating with another family's function is an
+/// error.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Family {
+    Malloc = 0,
+    New = 1,
+    NewArray = 2,
+}
+
+impl Family {
+    fn from_bits(bits: u64) -> Family {
+        match bits & 3 {
+            1 => Family::New,
+            2 => Family::NewArray,
+            _ => Family::Malloc,
+        }
+    }
+}
+
+/// States of a block in the live set.
+pub const RAW: u32 = 0;
+pub const LIVE: u32 = 1;
+pub const FREED: u32 = 2;
+
+/// A guarded block's header, decoded.
+#[derive(Clone, Copy)]
+pub struct Guarded {
+    pub base: *mut c_void,
+    pub size: u64,
+    pub family: Family,
+    pub freed: bool,
+    pub stack: u32,
+}
+
+fn check_bits(user: u64, word0: u64, stack: u64) -> u64 {
+    let mut mixed = user ^ word0.rotate_left(21) ^ stack.rotate_left(43) ^ 0x6775_6172_6465_6421;
+    mixed = (mixed ^ (mixed >> 31)).wrapping_mul(0x7fb5_d329_728e_a185);
+    mixed = (mixed ^ (mixed >> 27)).wrapping_mul(0x81da_def4_bc2d_d44d);
+    (mixed ^ (mixed >> 33)) >> 24
+}
+
+fn header_words(user: u64) -> *mut u64 {
+    (user as usize - FRONT_REDZONE - HEADER) as *mut u64
+}
+
+/// Writes the header of the block at `user`.
+///
+/// # Safety
+/// The 32 bytes before `user` belong to the block.
+pub unsafe fn write_header(
+    user: u64,
+    size: u64,
+    offset: usize,
+    family: Family,
+    freed: bool,
+    stack: u32,
+) {
+    let word0 = (size & SIZE_MASK)
+        | (u64::from(offset.trailing_zeros()) << 48)
+        | ((family as u64) << 54)
+        | ((freed as u64) << 56);
+    let stack = u64::from(stack);
+    let word1 = stack | (check_bits(user, word0, stack) << 24);
+    // SAFETY: the caller guarantees the header lies inside the block.
+    unsafe {
+        let words = header_words(user);
+        words.write(word0);
+        words.add(1).write(word1);
+    }
+}
+
+/// Reads the header of a block memwarden knows (live or in quarantine).
+///
+/// # Safety
+/// `user` is in the live set, so the 32 bytes before it are readable.
+pub unsafe fn read_header(user: u64) -> Option<Guarded> {
+    // SAFETY: the caller guarantees the header is readable.
+    let (word0, word1) = unsafe {
+        let words = header_words(user);
+        (words.read(), words.add(1).read())
+    };
+    let stack = word1 & ((1 << 24) - 1);
+    if word1 >> 24 != check_bits(user, word0, stack) {
+        return None;
+    }
+    let offset = 1usize.checked_shl(((word0 >> 48) & 0x3f) as u32)?;
+    Some(Guarded {
+        base: (user as usize).checked_sub(offset)? as *mut c_void,
+        size: word0 & SIZE_MASK,
+        family: Family::from_bits(word0 >> 54),
+        freed: (word0 >> 56) & 1 == 1,
+        stack: stack as u32,
+    })
+}
+
+/// The first byte in `bytes` that is not `pattern`.
+pub fn first_changed(bytes: &[u8], pattern: u8) -> Option<usize> {
+    bytes.iter().position(|&b| b != pattern)
+}
+
+/// The last byte in `bytes` that is not `pattern`.
+pub fn last_changed(bytes: &[u8], pattern: u8) -> Option<usize> {
+    bytes.iter().rposition(|&b| b != pattern)
+}

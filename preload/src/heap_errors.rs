@@ -1,0 +1,129 @@
+//! Event → store (guard modes): reports one heap error — recorded in the profile's error
+//! region and written at once to stderr in the sanitizer style CI logs grep for. This runs
+//! on the error path, so it allocates nothing and uses no stdio: frames are printed raw
+//! (address, module and offset); `memwarden run` prints them symbolized when the run ends.
+
+use core::sync::atomic::Ordering;
+
+use memwarden_abi::{error_kind, ErrorRecord, Header, UNKNOWN_STACK_ID};
+
+use crate::log;
+use crate::profile_file::clock_ns;
+use crate::recorder::Recorder;
+use crate::snapshot;
+
+/// A heap error as found: see [`ErrorRecord`] for the fields.
+pub struct HeapError {
+    pub kind: u32,
+    pub address: u64,
+    pub block_size: u64,
+    pub offset: i64,
+    pub stack: u32,
+    pub alloc_stack: u32,
+    pub free_stack: u32,
+}
+
+/// Records `error` in the profile and prints it on stderr.
+pub fn report(recorder: &Recorder, error: &HeapError) {
+    record(recorder, error);
+    print(recorder, error);
+}
+
+fn record(recorder: &Recorder, error: &HeapError) {
+    let file = &recorder.file;
+    let index = file
+        .counter(core::mem::offset_of!(Header, error_count))
+        .fetch_add(1, Ordering::Relaxed);
+    let layout = *file.layout();
+    let size = core::mem::size_of::<ErrorRecord>() as u64;
+    if index >= layout.error_capacity || !file.back(layout.error_offset(index), size) {
+        return;
+    }
+    // SAFETY: written once before tracking starts.
+    let start = unsafe { (*file.header()).start_monotonic_ns };
+    let record = ErrorRecord {
+        kind: error.kind,
+        stack: error.stack,
+        address: error.address,
+        block_size: error.block_size,
+        offset: error.offset,
+        alloc_stack: error.alloc_stack,
+        free_stack: error.free_stack,
+        time_ns: clock_ns(libc::CLOCK_MONOTONIC).saturating_sub(start),
+    };
+    // SAFETY: record `index` was claimed by this thread alone (fetch-add), lies inside the
+    // mapping and is backed.
+    unsafe { file.error_record(index).write(record) };
+}
+
+fn print(recorder: &Recorder, error: &HeapError) {
+    let mut pid_digits = [0u8; 20];
+    // SAFETY: getpid has no preconditions.
+    let pid = log::decimal(unsafe { libc::getpid() } as u64, &mut pid_digits);
+    let mut address = [0u8; 18];
+    let mut size = [0u8; 20];
+    let mut distance = [0u8; 20];
+    let name = error_kind::name(error.kind).as_bytes();
+    log::raw(b"=================================================================\n==");
+    log::raw(pid);
+    log::raw(b"==ERROR: memwarden: ");
+    log::raw(name);
+    log::raw(b" on address ");
+    log::raw(log::hex(error.address, &mut address));
+    log::raw(b"\n");
+    print_stack(recorder, error.stack);
+    if error.block_size > 0 || error.alloc_stack != UNKNOWN_STACK_ID {
+        let (amount, place): (u64, &[u8]) = match error.kind {
+            error_kind::SIZE_MISMATCH => (
+                error.offset.unsigned_abs(),
+                b" bytes claimed by the deallocation, for the ",
+            ),
+            _ if error.offset < 0 => (error.offset.unsigned_abs(), b" bytes before the "),
+            _ if error.offset as u64 >= error.block_size => {
+                (error.offset as u64 - error.block_size, b" bytes after the ")
+            }
+            _ => (error.offset as u64, b" bytes inside the "),
+        };
+        log::raw(log::hex(error.address, &mut address));
+        log::raw(b" is located ");
+        log::raw(log::decimal(amount, &mut distance));
+        log::raw(place);
+        log::raw(log::decimal(error.block_size, &mut size));
+        log::raw(b"-byte block allocated at:\n");
+        print_stack(recorder, error.alloc_stack);
+    }
+    if error.free_stack != UNKNOWN_STACK_ID {
+        log::raw(b"freed at:\n");
+        print_stack(recorder, error.free_stack);
+    }
+    log::raw(b"SUMMARY: memwarden: ");
+    log::raw(name);
+    log::raw(b"\n");
+}
+
+/// Prints a stored stack as `#i 0xADDRESS (module+0xOFFSET)` lines.
+fn print_stack(recorder: &Recorder, stack: u32) {
+    let frames = recorder.frames_of(stack);
+    if frames.is_empty() {
+        log::raw(b"    (stack not known)\n");
+        return;
+    }
+    let snapshot = snapshot::snapshot();
+    for (index, &address) in frames.iter().enumerate() {
+        let mut number = [0u8; 20];
+        let mut hex = [0u8; 18];
+        let mut offset = [0u8; 18];
+        log::raw(b"    #");
+        log::raw(log::decimal(index as u64, &mut number));
+        log::raw(b" ");
+        log::raw(log::hex(address, &mut hex));
+        if let Some((path, base)) = snapshot.and_then(|s| s.module_of(address.wrapping_sub(1))) {
+            log::raw(b" (");
+            log::raw(path);
+            log::raw(b"+");
+            log::raw(log::hex(address.wrapping_sub(base), &mut offset));
+            log::raw(b")");
+        }
+        log::raw(b"\n");
+    }
+}

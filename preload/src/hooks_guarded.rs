@@ -1,0 +1,171 @@
+//! Interposed calls under `--guard header`: the shared bodies of allocation, release and
+//! reallocation when every block is a guarded one (see [`guard`]). The export stubs in
+//! `hooks.rs` and `hooks_cxx.rs` route here; accounting and fault injection work as in plain
+//! profiling.
+
+use core::ffi::c_void;
+
+use memwarden_abi::{error_kind, failed_function, UNKNOWN_STACK_ID};
+
+use crate::guard::{Family, HeaderGuard};
+use crate::heap_errors::{self, HeapError};
+use crate::hooks::{charge_new_block, page_size, stack_unless_failed, Outcome, Source};
+use crate::lifecycle;
+use crate::real::{self, SavedErrno};
+use crate::recorder::Recorder;
+use crate::thread_state::Guard;
+use crate::unwind::Caller;
+
+/// The allocation family of a call, from the function that made it.
+fn family_of(function: u32) -> Family {
+    match function {
+        failed_function::OPERATOR_NEW => Family::New,
+        failed_function::OPERATOR_NEW_ARRAY => Family::NewArray,
+        _ => Family::Malloc,
+    }
+}
+
+/// A guarded allocation.
+pub fn allocate(
+    recorder: &Recorder,
+    guard: &Guard,
+    header_guard: &HeaderGuard,
+    caller: Caller,
+    function: u32,
+    source: Source,
+    size: usize,
+) -> Outcome {
+    let Some(stack) = stack_unless_failed(recorder, guard, caller, function, size) else {
+        return Outcome::Injected;
+    };
+    let (alignment, zeroed) = match source {
+        Source::Malloc => (16, false),
+        Source::Calloc => (16, true),
+        // glibc rounds an alignment that is not a power of two up to the next one.
+        Source::Aligned(alignment) => match alignment.checked_next_power_of_two() {
+            Some(alignment) => (alignment, false),
+            None => {
+                real::set_errno(libc::EINVAL);
+                return Outcome::NoMemory;
+            }
+        },
+        Source::Valloc | Source::Pvalloc => (page_size(), false),
+    };
+    let block = header_guard.allocate(size, alignment, zeroed, family_of(function), stack);
+    if block.is_null() {
+        return Outcome::NoMemory;
+    }
+    charge_new_block(recorder, stack, size);
+    if header_guard.check_due() {
+        let errno = SavedErrno::save();
+        header_guard.check_all(recorder);
+        errno.restore();
+    }
+    Outcome::Block(block)
+}
+
+/// A guarded release (free, delete, a sized deallocation, realloc's old block).
+pub fn release(
+    header_guard: &HeaderGuard,
+    caller: Caller,
+    block: *mut c_void,
+    family: Family,
+    claimed: Option<u64>,
+) {
+    let Some(recorder) = lifecycle::recorder() else {
+        return;
+    };
+    let Some(guard) = Guard::enter() else {
+        // Re-entered: memwarden's own libc calls free what they made; no checks here.
+        header_guard.release_quietly(block);
+        return;
+    };
+    let tracking = lifecycle::active().is_some();
+    let stack = || {
+        if tracking {
+            recorder.stack_of(&guard, caller)
+        } else {
+            UNKNOWN_STACK_ID
+        }
+    };
+    if let Some((stack, size)) = header_guard.release(recorder, block, family, claimed, &stack) {
+        if tracking {
+            recorder.charge_release(&guard, stack, size);
+        }
+    }
+}
+
+/// A guarded realloc: a new block, a copy, the old block released (so its redzones are
+/// checked and it waits in quarantine like any freed block).
+pub fn reallocate(
+    header_guard: &HeaderGuard,
+    caller: Caller,
+    function: u32,
+    block: *mut c_void,
+    size: usize,
+) -> *mut c_void {
+    if size == 0 {
+        release(header_guard, caller, block, Family::Malloc, None);
+        return core::ptr::null_mut();
+    }
+    let Some(old_size) = header_guard.usable_size(block) else {
+        return reallocate_foreign(header_guard, caller, block, size);
+    };
+    let fresh = crate::hooks::allocate_outcome(caller, function, Source::Malloc, size).block();
+    if fresh.is_null() {
+        return fresh;
+    }
+    // SAFETY: both blocks hold at least the smaller size and are distinct.
+    unsafe {
+        core::ptr::copy_nonoverlapping(block.cast::<u8>(), fresh.cast::<u8>(), old_size.min(size))
+    };
+    let errno = SavedErrno::save();
+    release(header_guard, caller, block, Family::Malloc, None);
+    errno.restore();
+    fresh
+}
+
+/// realloc of a block the guard did not make: glibc's own (made before start-up, or while
+/// re-entered) is resized by glibc; anything else is reported as an invalid free.
+fn reallocate_foreign(
+    header_guard: &HeaderGuard,
+    caller: Caller,
+    block: *mut c_void,
+    size: usize,
+) -> *mut c_void {
+    if header_guard.is_raw(block) || crate::preinit::contains(block as u64) {
+        // SAFETY: a glibc block.
+        let moved = unsafe { real::__libc_realloc(block, size) };
+        header_guard.forget(block);
+        header_guard.note_raw(moved);
+        return moved;
+    }
+    release(header_guard, caller, block, Family::Malloc, None);
+    real::set_errno(libc::ENOMEM);
+    core::ptr::null_mut()
+}
+
+/// Reports an alignment argument glibc refuses (the call still returns what glibc returns).
+pub fn report_bad_alignment(caller: Caller, alignment: usize) {
+    let (Some(_), Some(recorder)) = (crate::guard::header_guard(), lifecycle::active()) else {
+        return;
+    };
+    let Some(guard) = Guard::enter() else {
+        return;
+    };
+    let errno = SavedErrno::save();
+    let stack = recorder.stack_of(&guard, caller);
+    heap_errors::report(
+        recorder,
+        &HeapError {
+            kind: error_kind::INVALID_ALIGNMENT,
+            address: 0,
+            block_size: 0,
+            offset: alignment as i64,
+            stack,
+            alloc_stack: UNKNOWN_STACK_ID,
+            free_stack: UNKNOWN_STACK_ID,
+        },
+    );
+    errno.restore();
+}
