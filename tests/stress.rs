@@ -2,45 +2,10 @@
 //! the sqlite3 shell, and threads churning the heap while the main thread forks.
 
 mod common;
+use common::sql::sql_script;
 use common::*;
 use std::fmt::Write as _;
 use std::process::Command;
-
-/// A deterministic SQL script: `rows` inserts in one transaction, then indexing, updates,
-/// deletes, aggregates and point queries.
-fn sql_script(rows: u32) -> String {
-    let mut sql = String::from(
-        "CREATE TABLE t(id INTEGER PRIMARY KEY, name TEXT, score INTEGER, grp INTEGER);\nBEGIN;\n",
-    );
-    for i in 0..rows {
-        let _ = writeln!(
-            sql,
-            "INSERT INTO t(name, score, grp) VALUES('name-{i}-{}', {}, {});",
-            "x".repeat((i % 40) as usize),
-            (u64::from(i) * 7919) % 100_003,
-            i % 97
-        );
-    }
-    sql.push_str(
-        "COMMIT;\n\
-         CREATE INDEX t_grp ON t(grp, score);\n\
-         SELECT count(*), sum(score), max(length(name)) FROM t;\n\
-         SELECT grp, count(*), max(score), min(name) FROM t GROUP BY grp ORDER BY grp LIMIT 10;\n\
-         UPDATE t SET score = score + 1 WHERE grp % 3 = 0;\n\
-         DELETE FROM t WHERE id % 10 = 0;\n\
-         SELECT count(*), sum(score) FROM t;\n\
-         SELECT name FROM t ORDER BY score DESC, id LIMIT 5;\n\
-         SELECT group_concat(name, ',') FROM (SELECT name FROM t WHERE grp = 42 ORDER BY id LIMIT 20);\n",
-    );
-    for k in 0..500u32 {
-        let _ = writeln!(
-            sql,
-            "SELECT id, score FROM t WHERE id = {};",
-            (k * 97) % rows + 1
-        );
-    }
-    sql
-}
 
 #[test]
 fn sqlite3_shell_gives_the_same_output_under_the_profiler() {

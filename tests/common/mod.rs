@@ -6,7 +6,9 @@
 #![allow(dead_code, unused_imports)] // each test file uses a different subset of these helpers
 
 pub mod failures;
+pub mod guards;
 pub mod report;
+pub mod sql;
 
 use std::ffi::OsStr;
 use std::fs::{self, File};
