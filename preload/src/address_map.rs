@@ -26,6 +26,11 @@ pub struct Block {
 }
 
 impl Block {
+    /// The raw word of a block, for `insert_raw` users reading through `for_each`.
+    pub fn pack_public(self) -> u64 {
+        self.pack()
+    }
+
     fn pack(self) -> u64 {
         (u64::from(self.stack) << SIZE_BITS) | self.size
     }
@@ -228,6 +233,17 @@ impl AddressMap {
             block: block.pack(),
         };
         Ok(previous)
+    }
+
+    /// Records a raw 64-bit value for `address` (callers that keep their own encoding).
+    pub fn insert_raw(&self, address: u64, value: u64) -> Result<Option<u64>, ()> {
+        self.insert(address, Block::unpack(value))
+            .map(|old| old.map(Block::pack))
+    }
+
+    /// Forgets `address`, returning its raw value.
+    pub fn remove_raw(&self, address: u64) -> Option<u64> {
+        self.remove(address).map(Block::pack)
     }
 
     /// Forgets a block, returning what was recorded for it (`None` for a block memwarden

@@ -40,12 +40,16 @@ pub const FILL_FREE: usize = 6;
 pub const CHECK_EVERY: usize = 7;
 /// Bytes of freed blocks kept back (`--quarantine`).
 pub const QUARANTINE: usize = 8;
+/// Page guard before the block instead of after it (`--guard-below`; 0 or 1).
+pub const GUARD_BELOW: usize = 9;
+/// One allocation in N goes to a guarded page (`--sample-rate`, sampled mode).
+pub const SAMPLE_RATE: usize = 10;
 
 /// The guard mode (`--guard header|page|sampled`); no variable, no guard.
 pub const GUARD_VARIABLE: &CStr = c"MEMWARDEN_GUARD";
 
 /// Every numeric option, indexed by the constants above.
-pub const NUMERIC_OPTIONS: [NumericOption; 9] = [
+pub const NUMERIC_OPTIONS: [NumericOption; 11] = [
     NumericOption {
         variable: c"MEMWARDEN_MAX_DEPTH",
         default: defaults::MAX_DEPTH as u64,
@@ -100,6 +104,18 @@ pub const NUMERIC_OPTIONS: [NumericOption; 9] = [
         default: 64 << 20,
         min: 0,
         max: 1 << 40,
+    },
+    NumericOption {
+        variable: c"MEMWARDEN_GUARD_BELOW",
+        default: 0,
+        min: 0,
+        max: 1,
+    },
+    NumericOption {
+        variable: c"MEMWARDEN_SAMPLE_RATE",
+        default: 1000,
+        min: 1,
+        max: u64::MAX,
     },
 ];
 

@@ -1,8 +1,11 @@
-//! Interposed call → event: where a program under fault injection crashes. With `--fail`
-//! rules armed, fatal signals (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT) first pass through
-//! this handler, which writes the signal and the faulting stack into the profile, puts the
-//! program's previous disposition back and lets the signal take its course — so the program
-//! dies (or handles it) exactly as it would have, and `memwarden sweep` can say where.
+//! Interposed call → event: fatal signals, with fault injection or a page guard on. Fatal
+//! signals (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT) first pass through this handler:
+//! - a fault in a page guard's inaccessible page or freed block is reported as the heap
+//!   error it is, and the process is stopped by the signal (it cannot safely go on);
+//! - under `--fail`, the signal and the faulting stack are written into the profile.
+//!
+//! Then the program's previous disposition is put back and the signal takes its course — so
+//! the program dies (or handles a fault that is not memwarden's) exactly as it would have.
 
 use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicBool, Ordering};
@@ -54,12 +57,22 @@ extern "C" fn on_fatal_signal(
     info: *mut libc::siginfo_t,
     context: *mut libc::c_void,
 ) {
-    if !RECORDED.swap(true, Ordering::AcqRel) {
+    let heap_error = explain_page_fault(signal, info, context);
+    if crate::injection::injector().is_some() && !RECORDED.swap(true, Ordering::AcqRel) {
         record(signal, context);
     }
     let Some(index) = SIGNALS.iter().position(|&s| s == signal) else {
         return;
     };
+    if heap_error {
+        // A guard caught a bad access: the process stops here, killed by the signal.
+        // SAFETY: a zeroed sigaction is SIG_DFL with no flags.
+        unsafe {
+            let default: libc::sigaction = core::mem::zeroed();
+            libc::sigaction(signal, &default, core::ptr::null_mut());
+        }
+        return;
+    }
     // SAFETY: restores the disposition saved by `install` for this signal.
     unsafe {
         libc::sigaction(
@@ -79,28 +92,55 @@ extern "C" fn on_fatal_signal(
     // A fault repeats when the instruction runs again, now meeting the old disposition.
 }
 
+/// Whether a fault is a page guard's (reported as a heap error if so).
+fn explain_page_fault(
+    signal: libc::c_int,
+    info: *mut libc::siginfo_t,
+    context: *mut libc::c_void,
+) -> bool {
+    let Some(page_guard) = crate::page_guard::page_guard() else {
+        return false;
+    };
+    if (signal != libc::SIGSEGV && signal != libc::SIGBUS) || info.is_null() {
+        return false;
+    }
+    let Some(recorder) = lifecycle::recorder() else {
+        return false;
+    };
+    // SAFETY: the kernel's siginfo for a fault carries the faulting address.
+    let address = unsafe { (*info).si_addr() } as u64;
+    let mut frames = [0u64; CRASH_DEPTH];
+    let depth = fault_frames(context, &mut frames);
+    let stack = recorder.stacks.intern(&recorder.file, &frames[..depth]);
+    page_guard.explain_fault(recorder, address, stack)
+}
+
+/// The stack at a fault, from the signal context (just the address when re-entered).
+fn fault_frames(context: *mut libc::c_void, frames: &mut [u64; CRASH_DEPTH]) -> usize {
+    if context.is_null() {
+        return 0;
+    }
+    // SAFETY: with SA_SIGINFO, the third argument is the interrupted ucontext.
+    let registers = unsafe { &(*context.cast::<libc::ucontext_t>()).uc_mcontext.gregs };
+    let ip = registers[libc::REG_RIP as usize] as u64;
+    let sp = registers[libc::REG_RSP as usize] as u64;
+    let bp = registers[libc::REG_RBP as usize] as u64;
+    match Guard::enter() {
+        Some(guard) => unwind::frames_from(&guard, ip, sp, bp, frames),
+        None => {
+            frames[0] = ip;
+            1
+        }
+    }
+}
+
 /// Writes the signal and the stack at the fault into the profile.
 fn record(signal: libc::c_int, context: *mut libc::c_void) {
     let Some(recorder) = lifecycle::recorder() else {
         return;
     };
     let mut frames = [0u64; CRASH_DEPTH];
-    let mut depth = 0;
-    if !context.is_null() {
-        // SAFETY: with SA_SIGINFO, the third argument is the interrupted ucontext.
-        let registers = unsafe { &(*context.cast::<libc::ucontext_t>()).uc_mcontext.gregs };
-        let ip = registers[libc::REG_RIP as usize] as u64;
-        let sp = registers[libc::REG_RSP as usize] as u64;
-        let bp = registers[libc::REG_RBP as usize] as u64;
-        // Inside a hook (the guard is taken), only the faulting address is safe to record.
-        match Guard::enter() {
-            Some(guard) => depth = unwind::frames_from(&guard, ip, sp, bp, &mut frames),
-            None => {
-                frames[0] = ip;
-                depth = 1;
-            }
-        }
-    }
+    let depth = fault_frames(context, &mut frames);
     let header = recorder.file.header();
     // SAFETY: plain stores into this process's own header; the crash fields are written
     // only here, once.

@@ -86,6 +86,9 @@ extern "C" fn prepare() {
     if let Some(header_guard) = crate::guard::header_guard() {
         header_guard.lock_for_fork();
     }
+    if let Some(page_guard) = crate::page_guard::page_guard() {
+        page_guard.lock_for_fork();
+    }
     let file = &recorder.file;
     let stacks = file
         .counter(core::mem::offset_of!(Header, stack_count))
@@ -140,6 +143,9 @@ fn release_locks(recorder: &Recorder) {
     }
     if let Some(header_guard) = crate::guard::header_guard() {
         header_guard.unlock_after_fork();
+    }
+    if let Some(page_guard) = crate::page_guard::page_guard() {
+        page_guard.unlock_after_fork();
     }
     GATE.store(false, Ordering::SeqCst);
 }

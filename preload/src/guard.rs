@@ -273,15 +273,21 @@ impl HeaderGuard {
                     // SAFETY: a glibc block allocated before memwarden started.
                     unsafe { real::__libc_free(user) };
                 } else {
+                    // The inside of a live block, if it is one: said as such.
+                    let (block_size, offset, alloc_stack) = self
+                        .containing(address)
+                        .map_or((0, 0, UNKNOWN_STACK_ID), |(user, block)| {
+                            (block.size, (address - user) as i64, block.stack)
+                        });
                     heap_errors::report(
                         recorder,
                         &HeapError {
                             kind: error_kind::INVALID_FREE,
                             address,
-                            block_size: 0,
-                            offset: 0,
+                            block_size,
+                            offset,
                             stack: stack(),
-                            alloc_stack: UNKNOWN_STACK_ID,
+                            alloc_stack,
                             free_stack: UNKNOWN_STACK_ID,
                         },
                     );
@@ -452,8 +458,26 @@ impl HeaderGuard {
         }
     }
 
-    /// Checks every live block's redzones and every quarantined block's fill pattern.
-    pub fn check_all(&self, recorder: &Recorder) {
+    /// The live block whose data holds `address` (a linear search: error path only).
+    fn containing(&self, address: u64) -> Option<(u64, Guarded)> {
+        let mut found = None;
+        self.live.for_each(|user, block| {
+            if found.is_some() || block.stack != LIVE || address < user {
+                return;
+            }
+            // SAFETY: a live block's header is readable.
+            if let Some(guarded) = unsafe { read_header(user) } {
+                if address < user + guarded.size {
+                    found = Some((user, guarded));
+                }
+            }
+        });
+        found
+    }
+
+    /// Checks every live block's redzones and every quarantined block's fill pattern; an
+    /// error found is reported with `stack` (the call that asked for the check, if any).
+    pub fn check_all(&self, recorder: &Recorder, stack: u32) {
         let mut live = Vec::new();
         self.live.for_each(|address, block| {
             if block.stack == LIVE {
@@ -464,7 +488,7 @@ impl HeaderGuard {
             // SAFETY: the block was live a moment ago; checking is done under its own rules.
             if let Some(block) = unsafe { read_header(user) } {
                 if !block.freed {
-                    self.check_redzones(recorder, user, &block, UNKNOWN_STACK_ID);
+                    self.check_redzones(recorder, user, &block, stack);
                 }
             }
         }

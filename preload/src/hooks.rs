@@ -12,6 +12,7 @@ use core::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::guard::{self, Family};
 use crate::hooks_guarded;
+use crate::page_guard;
 
 use crate::block_header::{self, Tracked, HEADER_SIZE, MAX_TRACKED_SIZE};
 use crate::injection;
@@ -174,6 +175,11 @@ pub fn allocate_outcome(caller: Caller, function: u32, source: Source, size: usi
             }
             return Outcome::from_block(block);
         };
+        if let Some(page_guard) = page_guard::page_guard().filter(|g| g.takes(size)) {
+            return hooks_guarded::allocate_paged(
+                recorder, &guard, page_guard, caller, function, source, size,
+            );
+        }
         if let Some(header_guard) = guard::header_guard() {
             return hooks_guarded::allocate(
                 recorder,
@@ -240,6 +246,11 @@ fn charge_release(tracked: &Tracked) {
 /// size) only matter to the guard.
 #[inline(always)]
 pub fn release(caller: Caller, block: *mut c_void, family: Family, claimed: Option<u64>) {
+    if let Some(page_guard) = page_guard::page_guard() {
+        if hooks_guarded::release_paged(page_guard, caller, block, family, claimed) {
+            return;
+        }
+    }
     if let Some(header_guard) = guard::header_guard() {
         hooks_guarded::release(header_guard, caller, block, family, claimed);
         return;
@@ -264,6 +275,11 @@ pub fn release(caller: Caller, block: *mut c_void, family: Family, claimed: Opti
 pub fn reallocate(caller: Caller, function: u32, block: *mut c_void, size: usize) -> *mut c_void {
     if block.is_null() {
         return allocate(caller, function, Source::Malloc, size);
+    }
+    if let Some(page_guard) = page_guard::page_guard() {
+        if let Some(old_size) = page_guard.usable_size(block) {
+            return hooks_guarded::move_paged(caller, function, block, old_size, size);
+        }
     }
     if let Some(header_guard) = guard::header_guard() {
         return hooks_guarded::reallocate(header_guard, caller, function, block, size);

@@ -11,6 +11,7 @@ use crate::guard::{Family, HeaderGuard};
 use crate::heap_errors::{self, HeapError};
 use crate::hooks::{charge_new_block, page_size, stack_unless_failed, Outcome, Source};
 use crate::lifecycle;
+use crate::page_guard::PageGuard;
 use crate::real::{self, SavedErrno};
 use crate::recorder::Recorder;
 use crate::thread_state::Guard;
@@ -58,7 +59,7 @@ pub fn allocate(
     charge_new_block(recorder, stack, size);
     if header_guard.check_due() {
         let errno = SavedErrno::save();
-        header_guard.check_all(recorder);
+        header_guard.check_all(recorder, stack);
         errno.restore();
     }
     Outcome::Block(block)
@@ -168,4 +169,97 @@ pub fn report_bad_alignment(caller: Caller, alignment: usize) {
         },
     );
     errno.restore();
+}
+
+/// An allocation sent to a guarded page (page mode, or a sampled one).
+pub fn allocate_paged(
+    recorder: &Recorder,
+    guard: &Guard,
+    page_guard: &PageGuard,
+    caller: Caller,
+    function: u32,
+    source: Source,
+    size: usize,
+) -> Outcome {
+    let Some(stack) = stack_unless_failed(recorder, guard, caller, function, size) else {
+        return Outcome::Injected;
+    };
+    let alignment = match source {
+        Source::Aligned(alignment) => alignment.checked_next_power_of_two().unwrap_or(usize::MAX),
+        Source::Valloc | Source::Pvalloc => page_size(),
+        Source::Malloc | Source::Calloc => 16,
+    };
+    // Fresh pages are zeroed, so calloc needs nothing more.
+    let block = page_guard.allocate(
+        size,
+        alignment,
+        matches!(source, Source::Calloc),
+        family_of(function),
+        stack,
+    );
+    if block.is_null() {
+        return Outcome::NoMemory;
+    }
+    charge_new_block(recorder, stack, size);
+    Outcome::Block(block)
+}
+
+/// Frees `block` if it is page-guarded (true); false leaves it to the other paths.
+pub fn release_paged(
+    page_guard: &PageGuard,
+    caller: Caller,
+    block: *mut c_void,
+    family: Family,
+    claimed: Option<u64>,
+) -> bool {
+    if !page_guard.may_own(block) {
+        return false;
+    }
+    let Some(recorder) = lifecycle::recorder() else {
+        return false;
+    };
+    let guard = Guard::enter();
+    let tracking = guard.is_some() && lifecycle::active().is_some();
+    let stack = || match &guard {
+        Some(guard) if tracking => recorder.stack_of(guard, caller),
+        _ => UNKNOWN_STACK_ID,
+    };
+    match page_guard.release(recorder, block, family, claimed, &stack) {
+        None => false,
+        Some(charged) => {
+            if let (Some((stack, size)), Some(guard)) = (charged, &guard) {
+                if tracking {
+                    recorder.charge_release(guard, stack, size);
+                }
+            }
+            true
+        }
+    }
+}
+
+/// realloc of a page-guarded block: a new block (page-guarded or not, as the mode decides),
+/// a copy, the old one released.
+pub fn move_paged(
+    caller: Caller,
+    function: u32,
+    block: *mut c_void,
+    old_size: usize,
+    size: usize,
+) -> *mut c_void {
+    if size == 0 {
+        crate::hooks::release(caller, block, Family::Malloc, None);
+        return core::ptr::null_mut();
+    }
+    let fresh = crate::hooks::allocate_outcome(caller, function, Source::Malloc, size).block();
+    if fresh.is_null() {
+        return fresh;
+    }
+    // SAFETY: both blocks hold at least the smaller size and are distinct.
+    unsafe {
+        core::ptr::copy_nonoverlapping(block.cast::<u8>(), fresh.cast::<u8>(), old_size.min(size))
+    };
+    let errno = SavedErrno::save();
+    crate::hooks::release(caller, block, Family::Malloc, None);
+    errno.restore();
+    fresh
 }

@@ -36,6 +36,7 @@ mod libc_alloc;
 mod lifecycle;
 mod log;
 mod modules;
+mod page_guard;
 mod preinit;
 mod profile_file;
 mod quarantine;

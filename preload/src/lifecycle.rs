@@ -11,7 +11,7 @@ use crate::log;
 use crate::profile_file::Identity;
 use crate::recorder::Recorder;
 use crate::thread_state::Guard;
-use crate::{crash, fork, guard, injection, snapshot, unwind};
+use crate::{crash, fork, guard, injection, page_guard, snapshot, unwind};
 
 const UNINITIALIZED: u8 = 0;
 const INITIALIZING: u8 = 1;
@@ -104,6 +104,9 @@ pub fn initialize() {
     }
 }
 
+/// Guarded blocks at most at once in sampled mode (live and in quarantine): the bounded pool.
+const SAMPLED_POOL_BLOCKS: usize = 4096;
+
 /// Applies `--align` and turns on the guard the configuration asks for.
 fn install_guard(recorder: &'static Recorder) {
     let numeric = &recorder.config.numeric;
@@ -126,11 +129,31 @@ fn install_guard(recorder: &'static Recorder) {
             }
         }
         guard_mode::NONE => guard_mode::NONE,
-        _ => {
-            log::say(&[
-                b"the page and sampled guard modes are not available yet; running without a guard",
-            ]);
-            guard_mode::NONE
+        mode => {
+            let sampled = mode == guard_mode::SAMPLED;
+            let settings = page_guard::PageSettings {
+                below: numeric[config::GUARD_BELOW] == 1,
+                align,
+                fill_alloc: config::fill(numeric[config::FILL_ALLOC]),
+                quarantine_bytes: numeric[config::QUARANTINE],
+                sample_rate: if sampled {
+                    numeric[config::SAMPLE_RATE]
+                } else {
+                    1
+                },
+                max_blocks: if sampled {
+                    SAMPLED_POOL_BLOCKS
+                } else {
+                    usize::MAX
+                },
+            };
+            if page_guard::install(settings, recorder.waits()) {
+                crash::install();
+                mode
+            } else {
+                log::say(&[b"no memory for the page guard; running without it"]);
+                guard_mode::NONE
+            }
         }
     };
     recorder

@@ -139,7 +139,7 @@ pub fn record_exit(kind: u32, value: i32) {
                 (crate::guard::header_guard(), Guard::enter())
             {
                 // Every block still live is checked once more as the process ends.
-                header_guard.check_all(recorder);
+                header_guard.check_all(recorder, memwarden_abi::UNKNOWN_STACK_ID);
             }
             recorder.record_end(kind, value);
         }

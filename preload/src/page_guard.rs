@@ -1,0 +1,340 @@
+//! Interposed call → event: the page guards (`--guard page`, and `--guard sampled` for the
+//! blocks it samples). A guarded block gets pages of its own, flush against an inaccessible
+//! page (after it, or before it with `--guard-below`), so the faulting instruction itself is
+//! caught by the fault handler (`crash.rs`); a freed block's pages are made inaccessible and
+//! kept in a bounded quarantine, so a use after free faults too. Sampled mode sends one
+//! block in N here, up to a bounded number at a time; the rest go the normal way.
+
+use core::ffi::c_void;
+use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+use memwarden_abi::{error_kind, UNKNOWN_STACK_ID};
+
+use crate::address_map::AddressMap;
+use crate::guard_header::{first_changed, Family, BACK_PATTERN};
+use crate::heap_errors::{self, HeapError};
+use crate::hooks::page_size;
+use crate::quarantine::Quarantine;
+use crate::recorder::Recorder;
+
+/// One page-guarded block.
+struct PageBlock {
+    user: u64,
+    size: u64,
+    map_start: u64,
+    map_len: u64,
+    alloc_stack: u32,
+    free_stack: u32,
+    family: Family,
+    freed: bool,
+}
+
+/// Options of the page guard.
+pub struct PageSettings {
+    pub below: bool,
+    pub align: usize,
+    pub fill_alloc: Option<u8>,
+    pub quarantine_bytes: u64,
+    /// Sampled mode: one block in `sample_rate` (1 in page mode).
+    pub sample_rate: u64,
+    /// Sampled mode: at most this many guarded blocks at once (live and in quarantine).
+    pub max_blocks: usize,
+}
+
+pub struct PageGuard {
+    settings: PageSettings,
+    blocks: AddressMap,
+    quarantine: Quarantine,
+    calls: AtomicU64,
+    guarded: AtomicUsize,
+    /// The lowest and highest addresses ever handed out, so most frees skip the map.
+    lowest: AtomicU64,
+    highest: AtomicU64,
+    waits: &'static AtomicU64,
+}
+
+static PAGE_GUARD: core::sync::atomic::AtomicPtr<PageGuard> =
+    core::sync::atomic::AtomicPtr::new(core::ptr::null_mut());
+
+/// The page guard, in page or sampled mode.
+#[inline(always)]
+pub fn page_guard() -> Option<&'static PageGuard> {
+    // SAFETY: a leaked Box published once and never freed.
+    unsafe { PAGE_GUARD.load(Ordering::Acquire).as_ref() }
+}
+
+pub fn install(settings: PageSettings, waits: &'static AtomicU64) -> bool {
+    let (Some(blocks), Some(quarantine)) = (
+        AddressMap::new(waits),
+        Quarantine::new(settings.quarantine_bytes),
+    ) else {
+        return false;
+    };
+    let guard = PageGuard {
+        settings,
+        blocks,
+        quarantine,
+        calls: AtomicU64::new(0),
+        guarded: AtomicUsize::new(0),
+        lowest: AtomicU64::new(u64::MAX),
+        highest: AtomicU64::new(0),
+        waits,
+    };
+    PAGE_GUARD.store(Box::into_raw(Box::new(guard)), Ordering::Release);
+    true
+}
+
+fn map_anonymous(len: usize) -> Option<u64> {
+    // SAFETY: a fresh private anonymous mapping (not through the interposed mmap: this is
+    // memwarden's own memory).
+    let start = unsafe {
+        libc::syscall(
+            libc::SYS_mmap,
+            0usize,
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1i32,
+            0i64,
+        )
+    };
+    (start != -1).then_some(start as u64)
+}
+
+fn protect(start: u64, len: u64, protection: i32) {
+    // SAFETY: the range is one of this guard's own mappings.
+    unsafe { libc::mprotect(start as *mut c_void, len as usize, protection) };
+}
+
+impl PageGuard {
+    /// Whether this allocation goes to a guarded page (always in page mode; one in N, while
+    /// the pool has room, in sampled mode).
+    #[inline(always)]
+    pub fn takes(&self, size: usize) -> bool {
+        let rate = self.settings.sample_rate;
+        if rate <= 1 {
+            return true;
+        }
+        let due = (self.calls.fetch_add(1, Ordering::Relaxed) + 1).is_multiple_of(rate);
+        due && size <= page_size() * 16
+            && self.guarded.load(Ordering::Relaxed) < self.settings.max_blocks
+    }
+
+    /// Makes a page-guarded block; null if the system has no memory for it.
+    pub fn allocate(
+        &self,
+        size: usize,
+        alignment: usize,
+        zeroed: bool,
+        family: Family,
+        stack: u32,
+    ) -> *mut c_void {
+        let page = page_size() as u64;
+        // malloc's 16-byte alignment is kept (programs rely on it: CPython refuses code objects
+        // whose bytes are not 2-aligned, SSE code needs 16), so a block whose size is not a
+        // multiple of 16 ends up to 15 bytes before the guard page; that slack is filled with
+        // a canary and checked at free, so an overflow into it is still reported.
+        let alignment = alignment.max(16).max(self.settings.align) as u64;
+        let Some(data_len) = (size as u64)
+            .checked_add(alignment)
+            .and_then(|n| n.checked_next_multiple_of(page))
+        else {
+            return core::ptr::null_mut();
+        };
+        let Some(map_start) = map_anonymous((data_len + page) as usize) else {
+            return core::ptr::null_mut();
+        };
+        let (user, guard_page) = if self.settings.below {
+            (map_start + page, map_start)
+        } else {
+            let end = map_start + data_len;
+            ((end - size as u64) & !(alignment - 1), end)
+        };
+        protect(guard_page, page, libc::PROT_NONE);
+        // SAFETY: the block's data lies in the fresh writable pages; the slack after it (up
+        // to the guard page, or the page end below) is filled with the canary pattern.
+        unsafe {
+            let data_end = if self.settings.below {
+                map_start + page + data_len
+            } else {
+                guard_page
+            };
+            let tail = user + size as u64;
+            core::ptr::write_bytes(tail as *mut u8, BACK_PATTERN, (data_end - tail) as usize);
+            if let (Some(fill), false) = (self.settings.fill_alloc, zeroed) {
+                core::ptr::write_bytes(user as *mut u8, fill, size);
+            }
+        }
+        let block = Box::new(PageBlock {
+            user,
+            size: size as u64,
+            map_start,
+            map_len: data_len + page,
+            alloc_stack: stack,
+            free_stack: UNKNOWN_STACK_ID,
+            family,
+            freed: false,
+        });
+        self.guarded.fetch_add(1, Ordering::Relaxed);
+        self.lowest.fetch_min(user, Ordering::Relaxed);
+        self.highest.fetch_max(user, Ordering::Relaxed);
+        let _ = self.blocks.insert_raw(user, Box::into_raw(block) as u64);
+        user as *mut c_void
+    }
+
+    /// Whether `user` may be a page-guarded block (a range test, no lookup).
+    #[inline(always)]
+    pub fn may_own(&self, user: *mut c_void) -> bool {
+        let address = user as u64;
+        address >= self.lowest.load(Ordering::Relaxed)
+            && address <= self.highest.load(Ordering::Relaxed)
+    }
+
+    /// The requested size of a page-guarded block, for `malloc_usable_size`.
+    pub fn usable_size(&self, user: *mut c_void) -> Option<usize> {
+        if !self.may_own(user) {
+            return None;
+        }
+        let record = self.blocks.remove_raw(user as u64)?;
+        let _ = self.blocks.insert_raw(user as u64, record);
+        // SAFETY: records in the map are live boxes.
+        let block = unsafe { &*(record as *const PageBlock) };
+        (!block.freed).then_some(block.size as usize)
+    }
+
+    /// Frees a page-guarded block: `None` if `user` is not one; else the (stack, size) to
+    /// charge, if it was live.
+    pub fn release(
+        &self,
+        recorder: &Recorder,
+        user: *mut c_void,
+        family: Family,
+        claimed: Option<u64>,
+        stack: &dyn Fn() -> u32,
+    ) -> Option<Option<(u32, u64)>> {
+        if !self.may_own(user) {
+            return None;
+        }
+        let record = self.blocks.remove_raw(user as u64)?;
+        // SAFETY: records in the map are live boxes, changed only by the thread that removed
+        // them from the map (this one) until reinserted.
+        let block = unsafe { &mut *(record as *mut PageBlock) };
+        let free_stack = stack();
+        let error = |kind, offset| HeapError {
+            kind,
+            address: user as u64,
+            block_size: block.size,
+            offset,
+            stack: free_stack,
+            alloc_stack: block.alloc_stack,
+            free_stack: block.free_stack,
+        };
+        if block.freed {
+            heap_errors::report(recorder, &error(error_kind::DOUBLE_FREE, 0));
+            let _ = self.blocks.insert_raw(user as u64, record);
+            return Some(None);
+        }
+        let data_end = if self.settings.below {
+            block.map_start + block.map_len
+        } else {
+            block.map_start + block.map_len - page_size() as u64
+        };
+        let tail = block.user + block.size;
+        // SAFETY: the slack between the block's end and the end of its data pages.
+        let slack =
+            unsafe { core::slice::from_raw_parts(tail as *const u8, (data_end - tail) as usize) };
+        if let Some(first) = first_changed(slack, BACK_PATTERN) {
+            heap_errors::report(
+                recorder,
+                &error(
+                    error_kind::HEAP_BUFFER_OVERFLOW,
+                    (block.size + first as u64) as i64,
+                ),
+            );
+        }
+        if block.family != family {
+            heap_errors::report(recorder, &error(error_kind::ALLOC_DEALLOC_MISMATCH, 0));
+        } else if let Some(claimed) = claimed.filter(|&c| c != block.size) {
+            heap_errors::report(recorder, &error(error_kind::SIZE_MISMATCH, claimed as i64));
+        }
+        block.freed = true;
+        block.free_stack = free_stack;
+        protect(block.map_start, block.map_len, libc::PROT_NONE);
+        let charged = (block.alloc_stack, block.size);
+        let _ = self.blocks.insert_raw(user as u64, record);
+        self.quarantine
+            .keep(user as u64, block.map_len, self.waits, &mut |old, _| {
+                self.evict(old)
+            });
+        Some(Some(charged))
+    }
+
+    /// A freed block leaves quarantine: its pages go back to the system.
+    fn evict(&self, user: u64) {
+        let Some(record) = self.blocks.remove_raw(user) else {
+            return;
+        };
+        // SAFETY: the record was made by `allocate` with Box::into_raw and is no longer in
+        // the map, so this is its last use.
+        let block = unsafe { Box::from_raw(record as *mut PageBlock) };
+        // SAFETY: the block's own mapping, no longer reachable through the map.
+        unsafe { libc::munmap(block.map_start as *mut c_void, block.map_len as usize) };
+        self.guarded.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// In the fault handler: if `address` lies in a guard page or a freed block, reports the
+    /// heap error (access stack `stack`) and returns true.
+    pub fn explain_fault(&self, recorder: &Recorder, address: u64, stack: u32) -> bool {
+        let page = page_size() as u64;
+        let mut found: Option<HeapError> = None;
+        self.blocks.for_each(|_user, packed| {
+            if found.is_some() {
+                return;
+            }
+            let record = crate::address_map::Block::pack_public(packed);
+            // SAFETY: records in the map are live boxes.
+            let block = unsafe { &*(record as *const PageBlock) };
+            if address < block.map_start || address >= block.map_start + block.map_len {
+                return;
+            }
+            let offset = address as i64 - block.user as i64;
+            let in_guard = if self.settings.below {
+                address < block.map_start + page
+            } else {
+                address >= block.map_start + block.map_len - page
+            };
+            let kind = match (block.freed, in_guard, offset < 0) {
+                (true, _, _) => error_kind::USE_AFTER_FREE,
+                (false, true, true) => error_kind::HEAP_BUFFER_UNDERFLOW,
+                (false, true, false) => error_kind::HEAP_BUFFER_OVERFLOW,
+                (false, false, _) => return,
+            };
+            found = Some(HeapError {
+                kind,
+                address,
+                block_size: block.size,
+                offset,
+                stack,
+                alloc_stack: block.alloc_stack,
+                free_stack: block.free_stack,
+            });
+        });
+        match found {
+            Some(error) => {
+                heap_errors::report(recorder, &error);
+                true
+            }
+            None => false,
+        }
+    }
+
+    pub fn lock_for_fork(&self) {
+        self.quarantine.lock_for_fork(self.waits);
+        self.blocks.lock_all();
+    }
+
+    pub fn unlock_after_fork(&self) {
+        self.blocks.unlock_all();
+        self.quarantine.unlock_after_fork();
+    }
+}
