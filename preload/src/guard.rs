@@ -21,8 +21,8 @@ use memwarden_abi::{error_kind, UNKNOWN_STACK_ID};
 use crate::address_map::{AddressMap, Block};
 pub use crate::guard_header::Family;
 use crate::guard_header::{
-    first_changed, last_changed, read_header, write_header, Guarded, BACK_PATTERN, FREED,
-    FRONT_PATTERN, FRONT_REDZONE, HEADER, LIVE, MIN_BACK_REDZONE, RAW, SIZE_MASK,
+    read_header, write_header, BACK_PATTERN, FREED, FRONT_PATTERN, FRONT_REDZONE, HEADER, LIVE,
+    MIN_BACK_REDZONE, RAW, SIZE_MASK,
 };
 use crate::heap_errors::{self, HeapError};
 use crate::quarantine::Quarantine;
@@ -39,11 +39,11 @@ pub struct Settings {
 }
 
 pub struct HeaderGuard {
-    settings: Settings,
-    live: AddressMap,
-    quarantine: Quarantine,
+    pub(crate) settings: Settings,
+    pub(crate) live: AddressMap,
+    pub(crate) quarantine: Quarantine,
     calls: AtomicU64,
-    waits: &'static AtomicU64,
+    pub(crate) waits: &'static AtomicU64,
 }
 
 static GUARD: AtomicPtr<HeaderGuard> = AtomicPtr::new(core::ptr::null_mut());
@@ -385,118 +385,6 @@ impl HeaderGuard {
         }
     }
 
-    /// Reports a write into a freed block (its free fill pattern changed).
-    fn check_freed(&self, recorder: &Recorder, user: u64, size: u64) {
-        let Some(fill) = self.settings.fill_free else {
-            return;
-        };
-        // SAFETY: a quarantined block's data, still memwarden's.
-        let data = unsafe { core::slice::from_raw_parts(user as *const u8, size as usize) };
-        if let Some(changed) = first_changed(data, fill) {
-            // SAFETY: as above; the header is memwarden's.
-            let alloc_stack = unsafe { read_header(user) }.map_or(UNKNOWN_STACK_ID, |g| g.stack);
-            heap_errors::report(
-                recorder,
-                &HeapError {
-                    kind: error_kind::USE_AFTER_FREE,
-                    address: user + changed as u64,
-                    block_size: size,
-                    offset: changed as i64,
-                    stack: UNKNOWN_STACK_ID,
-                    alloc_stack,
-                    free_stack: free_stack_of(user),
-                },
-            );
-            // SAFETY: as above: repaired so the same write is reported once.
-            unsafe { core::ptr::write_bytes(user as *mut u8, fill, size as usize) };
-        }
-    }
-
-    /// Checks both redzones of a live block, reporting (once: the redzone is then repaired)
-    /// an overflow or underflow found.
-    fn check_redzones(&self, recorder: &Recorder, user: u64, block: &Guarded, stack: u32) {
-        let usable = real::malloc_usable_size(block.base);
-        let back_start = user as usize + block.size as usize;
-        let back_len = (block.base as usize + usable).saturating_sub(back_start);
-        // SAFETY: both redzones lie inside the live glibc block.
-        let (front, back) = unsafe {
-            (
-                core::slice::from_raw_parts_mut(
-                    (user as usize - FRONT_REDZONE) as *mut u8,
-                    FRONT_REDZONE,
-                ),
-                core::slice::from_raw_parts_mut(back_start as *mut u8, back_len),
-            )
-        };
-        let report = |kind, offset: i64| {
-            heap_errors::report(
-                recorder,
-                &HeapError {
-                    kind,
-                    address: (user as i64 + offset) as u64,
-                    block_size: block.size,
-                    offset,
-                    stack,
-                    alloc_stack: block.stack,
-                    free_stack: UNKNOWN_STACK_ID,
-                },
-            );
-        };
-        if let Some(last) = last_changed(front, FRONT_PATTERN) {
-            report(
-                error_kind::HEAP_BUFFER_UNDERFLOW,
-                last as i64 - FRONT_REDZONE as i64,
-            );
-            front.fill(FRONT_PATTERN);
-        }
-        if let Some(first) = first_changed(back, BACK_PATTERN) {
-            report(
-                error_kind::HEAP_BUFFER_OVERFLOW,
-                block.size as i64 + first as i64,
-            );
-            back.fill(BACK_PATTERN);
-        }
-    }
-
-    /// The live block whose data holds `address` (a linear search: error path only).
-    fn containing(&self, address: u64) -> Option<(u64, Guarded)> {
-        let mut found = None;
-        self.live.for_each(|user, block| {
-            if found.is_some() || block.stack != LIVE || address < user {
-                return;
-            }
-            // SAFETY: a live block's header is readable.
-            if let Some(guarded) = unsafe { read_header(user) } {
-                if address < user + guarded.size {
-                    found = Some((user, guarded));
-                }
-            }
-        });
-        found
-    }
-
-    /// Checks every live block's redzones and every quarantined block's fill pattern; an
-    /// error found is reported with `stack` (the call that asked for the check, if any).
-    pub fn check_all(&self, recorder: &Recorder, stack: u32) {
-        let mut live = Vec::new();
-        self.live.for_each(|address, block| {
-            if block.stack == LIVE {
-                live.push(address);
-            }
-        });
-        for user in live {
-            // SAFETY: the block was live a moment ago; checking is done under its own rules.
-            if let Some(block) = unsafe { read_header(user) } {
-                if !block.freed {
-                    self.check_redzones(recorder, user, &block, stack);
-                }
-            }
-        }
-        self.quarantine.for_each(self.waits, &mut |user, size| {
-            self.check_freed(recorder, user, size)
-        });
-    }
-
     /// Fork: every lock held, so the child finds none held by a thread it does not have.
     pub fn lock_for_fork(&self) {
         self.quarantine.lock_for_fork(self.waits);
@@ -510,7 +398,7 @@ impl HeaderGuard {
 }
 
 /// The free stack kept in a freed block's front redzone.
-fn free_stack_of(user: u64) -> u32 {
+pub(crate) fn free_stack_of(user: u64) -> u32 {
     // SAFETY: only called for blocks in quarantine, whose front redzone is memwarden's.
     unsafe { ((user as usize - FRONT_REDZONE) as *const u32).read_unaligned() }
 }

@@ -23,6 +23,7 @@ mod elf_symbols;
 mod exits;
 mod fork;
 mod guard;
+mod guard_checks;
 mod guard_header;
 mod heap_errors;
 mod hooks;
