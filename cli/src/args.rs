@@ -42,13 +42,13 @@ memwarden run      runs CMD with libmemwarden.so preloaded, follows every proces
   --align N          every block N-aligned (a power of two, 8 to 2^30); with or
                      without --guard
   --fill-alloc BYTE  fill new blocks with BYTE (0-255 or 0x00-0xff)
-  --fill-free BYTE   fill freed blocks with BYTE
+  --fill-free BYTE   header mode: fill freed blocks with BYTE
   --guard-below      page mode: the inaccessible page goes before each block
   --sample-rate N    sampled mode: one allocation in N is guarded (default: 1000)
   --check-every N    header mode: check every live block every N allocation calls
                      (default: 0, only at free and at exit)
-  --quarantine SIZE  header and page modes: freed bytes kept back to catch use after
-                     free, e.g. 16MiB (default: 64MiB)
+  --quarantine SIZE  freed bytes kept back to catch use after free, e.g. 16MiB
+                     (default: 64MiB)
   --error-exitcode N exit with N (0-255) when a heap error was found
 
 memwarden report   renders the report of an earlier run again, from DIR/raw/*.mwp

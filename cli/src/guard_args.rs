@@ -50,9 +50,9 @@ pub struct GuardArgs {
     pub mode: Option<GuardMode>,
     /// `--align N`: a power of two from [`MIN_ALIGN`] to [`MAX_ALIGN`].
     pub align: Option<u64>,
-    /// `--fill-alloc BYTE`.
+    /// `--fill-alloc BYTE` (every mode; in sampled mode, the sampled blocks).
     pub fill_alloc: Option<u8>,
-    /// `--fill-free BYTE`.
+    /// `--fill-free BYTE` (header mode: page mode's freed blocks are inaccessible).
     pub fill_free: Option<u8>,
     /// `--guard-below` (page mode): the inaccessible page goes before each block.
     pub guard_below: bool,
@@ -60,7 +60,7 @@ pub struct GuardArgs {
     pub sample_rate: Option<u64>,
     /// `--check-every N` (header mode): every live block is checked every N calls.
     pub check_every: Option<u64>,
-    /// `--quarantine SIZE` (header and page modes): bytes of freed blocks kept back.
+    /// `--quarantine SIZE` (every mode): bytes of freed blocks kept back.
     pub quarantine: Option<u64>,
     /// `--error-exitcode N`: the run's exit status when any heap error was found.
     pub error_exitcode: Option<u8>,
@@ -151,13 +151,13 @@ impl GuardArgs {
             &[Header],
             "--guard header",
         )?;
+        let all = &[Header, Page, Sampled];
         needs(
             "--quarantine",
             self.quarantine.is_some(),
-            &[Header, Page],
-            "--guard header or --guard page",
+            all,
+            "--guard header, page or sampled",
         )?;
-        let all = &[Header, Page, Sampled];
         needs(
             "--fill-alloc",
             self.fill_alloc.is_some(),
@@ -167,8 +167,8 @@ impl GuardArgs {
         needs(
             "--fill-free",
             self.fill_free.is_some(),
-            all,
-            "--guard header, page or sampled",
+            &[Header],
+            "--guard header (in page mode a freed block is inaccessible)",
         )
     }
 

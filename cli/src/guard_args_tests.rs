@@ -99,7 +99,14 @@ fn page_and_sampled_mode_options() {
         page.guard.variables()[4],
         ("MEMWARDEN_GUARD_BELOW", Some("1".to_owned()))
     );
-    let sampled = run_args(&["--guard=sampled", "--sample-rate", "1"]);
+    let sampled = run_args(&[
+        "--guard=sampled",
+        "--sample-rate",
+        "1",
+        "--quarantine=1MiB",
+        "--fill-alloc=1",
+    ]);
+    assert_eq!(sampled.guard.quarantine, Some(1 << 20));
     assert_eq!(
         (sampled.guard.mode, sampled.guard.sample_rate),
         (Some(GuardMode::Sampled), Some(1))
@@ -226,16 +233,16 @@ fn options_without_their_mode_are_refused() {
             "--check-every needs --guard header",
         ),
         (
-            &["--guard", "sampled", "--quarantine", "1MiB"],
-            "--quarantine needs --guard header or --guard page",
+            &["--quarantine", "1MiB"],
+            "--quarantine needs --guard header, page or sampled",
         ),
         (
             &["--fill-alloc", "1"],
             "--fill-alloc needs --guard header, page or sampled",
         ),
         (
-            &["--fill-free", "1"],
-            "--fill-free needs --guard header, page or sampled",
+            &["--guard", "page", "--fill-free", "1"],
+            "--fill-free needs --guard header (in page mode a freed block is inaccessible)",
         ),
     ];
     for (args, message) in cases {
