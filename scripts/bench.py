@@ -15,7 +15,11 @@ each, and takes medians of:
 - memwarden's contention counters on the threads workload;
 - on churn only, memwarden with a fault-injection rule configured that never fires
   (`--fail nth=1000000000000`), as a ratio to the plain memwarden run: the cost of having
-  injection on.
+  injection on;
+- on churn only, memwarden with heap guards (`--guard header`, `--guard sampled
+  --sample-rate 1000`), as ratios to the plain memwarden run; and `--guard page` on a
+  shorter churn (PAGE_CALLS calls, since every block then costs pages and system calls),
+  against plain memwarden on the same shorter churn, time and peak RSS.
 
 Usage: scripts/bench.py [--quick] [--runs N] [--out FILE]   (scripts/bench.sh builds first)
 Standard library only.
@@ -40,8 +44,18 @@ MEMWARDEN = ROOT / "target" / "release" / "memwarden"
 TOOLS = ("bare", "memwarden", "heaptrack")
 # memwarden with a --fail rule that never fires: only on churn, to keep runs short.
 FAIL_TOOL = "memwarden-fail"
-EXTRA_TOOLS = {"churn": (FAIL_TOOL,)}
 NEVER_FIRING_RULE = "nth=1000000000000"
+# memwarden with heap guards (issue 4): the options of each guard tool.
+GUARD_OPTIONS = {
+    "memwarden-header": ["--guard", "header"],
+    "memwarden-sampled": ["--guard", "sampled", "--sample-rate", "1000"],
+    "memwarden-page": ["--guard", "page"],
+}
+EXTRA_TOOLS = {"churn": (FAIL_TOOL, "memwarden-header", "memwarden-sampled")}
+# Page mode runs on its own, shorter churn, against plain memwarden on the same churn.
+PAGE_WORKLOAD = "churn-page"
+PAGE_CALLS = 300_000
+PAGE_TOOLS = ("bare", "memwarden", "memwarden-page")
 
 # Targets of issue 2, and heaptrack's ratios measured earlier on this kind of machine
 # (shared/peers.md, heaptrack 1.4.0) for comparison.
@@ -50,6 +64,8 @@ RSS_TARGET = 1.3
 CHURN_PROFILE_TARGET = 1 << 20
 # Issue 5: fault injection configured but not firing costs at most 5% over plain memwarden.
 FAIL_OVERHEAD_TARGET = 1.05
+# Issue 4: header guard ≤ 1.3×, sampled page guard (1 in 1000) ≤ 1.1× plain memwarden on churn.
+GUARD_TARGETS = {"memwarden-header": 1.3, "memwarden-sampled": 1.1}
 HEAPTRACK_EARLIER = {"churn": 3.07, "threads": 3.65, "sqlite": 2.47}
 
 
@@ -59,6 +75,8 @@ class Workload:
     argv: list
     comm: str  # the target's /proc/PID/comm
     stdin: Path | None = None
+    tools: tuple = TOOLS  # the tools run on it
+    table: bool = True  # shown in the main tables (side by side with heaptrack)
 
 
 @dataclass
@@ -69,6 +87,7 @@ class Sample:
     other_rss_kib: int
     output_bytes: int | None = None
     contention: dict = field(default_factory=dict)
+    heap_errors: int = 0
 
 
 def sh(*argv, **kw):
@@ -87,9 +106,10 @@ def build() -> tuple[list, Path]:
     with open(sql, "w") as f:
         subprocess.run([sys.executable, str(bench / "sqlite_script.py")], stdout=f, check=True)
     workloads = [
-        Workload("churn", [str(WORK / "churn")], "churn"),
+        Workload("churn", [str(WORK / "churn")], "churn", tools=TOOLS + EXTRA_TOOLS["churn"]),
         Workload("threads", [str(WORK / "threads")], "threads"),
         Workload("sqlite", [shutil.which("sqlite3") or "sqlite3", ":memory:"], "sqlite3", sql),
+        Workload(PAGE_WORKLOAD, [str(WORK / "churn"), str(PAGE_CALLS)], "churn", tools=PAGE_TOOLS, table=False),
     ]
     return workloads, WORK / "libmwbench_hwm.so"
 
@@ -116,6 +136,15 @@ def contention(report: Path) -> dict:
     return totals
 
 
+def heap_errors(report: Path) -> int:
+    """Heap errors the guards found over every process (a benchmark must have none)."""
+    try:
+        processes = json.loads(report.read_text())["processes"]
+    except (OSError, ValueError, KeyError):
+        return 0
+    return sum(p.get("error_count", 0) for p in processes)
+
+
 def run_once(tool: str, w: Workload, probe: Path, n: int) -> Sample:
     tag = f"{w.name}-{tool}-{n}"
     hwm_file = WORK / f"{tag}.hwm"
@@ -125,12 +154,13 @@ def run_once(tool: str, w: Workload, probe: Path, n: int) -> Sample:
     for stale in (hwm_file, err_file):
         stale.unlink(missing_ok=True)
     shutil.rmtree(out_dir, ignore_errors=True)
-    argv = {
-        "bare": w.argv,
-        "memwarden": [str(MEMWARDEN), "run", "-o", str(out_dir), "--", *w.argv],
-        FAIL_TOOL: [str(MEMWARDEN), "run", "-o", str(out_dir), "--fail", NEVER_FIRING_RULE, "--", *w.argv],
-        "heaptrack": ["heaptrack", "-o", str(ht_base), *w.argv],
-    }[tool]
+    memwarden_options = {"memwarden": [], FAIL_TOOL: ["--fail", NEVER_FIRING_RULE], **GUARD_OPTIONS}
+    if tool == "bare":
+        argv = w.argv
+    elif tool == "heaptrack":
+        argv = ["heaptrack", "-o", str(ht_base), *w.argv]
+    else:
+        argv = [str(MEMWARDEN), "run", "-o", str(out_dir), *memwarden_options[tool], "--", *w.argv]
     env = dict(os.environ, LD_PRELOAD=str(probe), MWBENCH_HWM_FILE=str(hwm_file))
     stdin = open(w.stdin) if w.stdin else subprocess.DEVNULL
     with open(err_file, "w") as err:
@@ -154,9 +184,12 @@ def run_once(tool: str, w: Workload, probe: Path, n: int) -> Sample:
         else:
             other = max(other, int(kib))
     sample = Sample(wall, target_wall, target, other)
-    if tool in ("memwarden", FAIL_TOOL):
+    if tool.startswith("memwarden"):
         sample.output_bytes = disk_usage(out_dir / "raw")
         sample.contention = contention(out_dir / "report.json")
+        sample.heap_errors = heap_errors(out_dir / "report.json")
+        if sample.heap_errors:
+            raise SystemExit(f"bench: {tool} on {w.name} found {sample.heap_errors} heap errors (see {out_dir})")
         shutil.rmtree(out_dir, ignore_errors=True)
     elif tool == "heaptrack":
         files = [p for p in WORK.glob(f"{ht_base.name}.*")]
@@ -212,7 +245,59 @@ def fmt_bytes(n):
     return f"{n} B"
 
 
-def write_markdown(path: Path, workloads, samples, runs: int) -> str:
+def guard_lines(workloads, samples) -> tuple[list, list]:
+    """The heap-guard rows of the targets table, and the heap-guard section: each guard mode
+    on churn as a ratio to plain memwarden on the same churn (whole command, target alone,
+    target peak RSS)."""
+
+    def med(name, tool, attr):
+        return median([getattr(s, attr) for s in samples.get(name, {}).get(tool, [])])
+
+    def over_plain(name, tool, attr):
+        value, base = med(name, tool, attr), med(name, "memwarden", attr)
+        return None if value is None or not base else value / base
+
+    churn = next(w for w in workloads if w.name == "churn")
+    modes = [(tool, "churn", " ".join(GUARD_OPTIONS[tool])) for tool in churn.tools if tool in GUARD_OPTIONS]
+    if any(w.name == PAGE_WORKLOAD for w in workloads):
+        modes.append(("memwarden-page", PAGE_WORKLOAD, " ".join(GUARD_OPTIONS["memwarden-page"])))
+    modes = [m for m in modes if samples.get(m[1], {}).get(m[0])]
+    if not modes:
+        return [], []
+    rows = []
+    for tool, name, options in modes:
+        limit = GUARD_TARGETS.get(tool)
+        if limit is not None:
+            value = over_plain(name, tool, "wall")
+            met = "yes" if value is not None and value <= limit else "**no**"
+            rows.append(f"| churn with `{options}` ≤ {limit}× plain memwarden | {fmt_ratio(value)} | {met} |")
+    section = [
+        "",
+        "## Heap guards (churn)",
+        "",
+        "Each guard mode against plain memwarden (profiling only) on the same churn; the page "
+        f"mode runs on a shorter churn of {PAGE_CALLS:,} calls (both it and its plain run), since "
+        "each of its blocks costs at least two pages of address space, one of memory, and "
+        "system calls to map and protect them. No run found a heap error.",
+        "",
+        "| mode | churn calls | memwarden, whole command | × memwarden, whole command | "
+        "× memwarden, target alone | target peak RSS | × memwarden, peak RSS |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for tool, name, options in modes:
+        calls = f"{PAGE_CALLS:,}" if name == PAGE_WORKLOAD else "3,000,000"
+        section.append(
+            f"| `{options}` | {calls} | {med(name, 'memwarden', 'wall'):.2f} s | "
+            f"{fmt_ratio(over_plain(name, tool, 'wall'))} | {fmt_ratio(over_plain(name, tool, 'target_wall'))} | "
+            f"{fmt_bytes(med(name, tool, 'target_rss_kib') * 1024)} | "
+            f"{fmt_ratio(over_plain(name, tool, 'target_rss_kib'))} |"
+        )
+    return rows, section
+
+
+def write_markdown(path: Path, all_workloads, samples, runs: int) -> str:
+    workloads = [w for w in all_workloads if w.table]
+
     def med(w, tool, attr):
         return median([getattr(s, attr) for s in samples[w.name][tool]])
 
@@ -321,7 +406,7 @@ def write_markdown(path: Path, workloads, samples, runs: int) -> str:
     size = med(churn, "memwarden", "output_bytes")
     met = "yes" if size < CHURN_PROFILE_TARGET else "**no**"
     lines.append(f"| churn profile < 1 MiB | {fmt_bytes(size)} | {met} |")
-    fail_ratio = None
+    fail_ratio, fail_section = None, []
     if samples["churn"].get(FAIL_TOOL):
         fail_ratio = med(churn, FAIL_TOOL, "wall") / med(churn, "memwarden", "wall")
         met = "yes" if fail_ratio <= FAIL_OVERHEAD_TARGET else "**no**"
@@ -330,7 +415,7 @@ def write_markdown(path: Path, workloads, samples, runs: int) -> str:
             f"| {fmt_ratio(fail_ratio)} | {met} |"
         )
         target_ratio = med(churn, FAIL_TOOL, "target_wall") / med(churn, "memwarden", "target_wall")
-        lines += [
+        fail_section = [
             "",
             "## Fault injection configured, not firing (churn)",
             "",
@@ -345,6 +430,8 @@ def write_markdown(path: Path, workloads, samples, runs: int) -> str:
             f"{fmt_ratio(ratio(churn, FAIL_TOOL, 'target_wall'))} |",
             f"| memwarden `--fail`, × memwarden | {fmt_ratio(fail_ratio)} | {fmt_ratio(target_ratio)} |",
         ]
+    guard_rows, guard_section = guard_lines(all_workloads, samples)
+    lines += guard_rows + fail_section + guard_section
     text = "\n".join(lines) + "\n"
     path.write_text(text)
     return text
@@ -363,14 +450,14 @@ def main():
         if shutil.which(tool) is None:
             raise SystemExit(f"bench: {tool} is not installed (scripts/bench.sh installs it)")
     workloads, probe = build()
-    samples = {w.name: {t: [] for t in TOOLS + EXTRA_TOOLS.get(w.name, ())} for w in workloads}
+    samples = {w.name: {t: [] for t in w.tools} for w in workloads}
     for n in range(runs):
         for w in workloads:
-            for tool in TOOLS + EXTRA_TOOLS.get(w.name, ()):
+            for tool in w.tools:
                 s = run_once(tool, w, probe, n)
                 samples[w.name][tool].append(s)
                 print(
-                    f"run {n + 1}/{runs} {w.name:8} {tool:14} {s.wall:6.2f} s (target {s.target_wall:5.2f} s)"
+                    f"run {n + 1}/{runs} {w.name:8} {tool:17} {s.wall:6.2f} s (target {s.target_wall:5.2f} s)"
                     f"  target RSS {s.target_rss_kib / 1024:7.1f} MiB"
                     + (f"  output {fmt_bytes(s.output_bytes)}" if s.output_bytes is not None else ""),
                     flush=True,
