@@ -278,7 +278,7 @@ pub fn reallocate(caller: Caller, function: u32, block: *mut c_void, size: usize
     }
     if let Some(page_guard) = page_guard::page_guard() {
         if let Some(old_size) = page_guard.usable_size(block) {
-            return hooks_guarded::move_paged(caller, function, block, old_size, size);
+            return hooks_guarded::move_to_new_block(caller, function, block, old_size, size);
         }
     }
     if let Some(header_guard) = guard::header_guard() {

@@ -109,21 +109,10 @@ pub fn reallocate(
         release(header_guard, caller, block, Family::Malloc, None);
         return core::ptr::null_mut();
     }
-    let Some(old_size) = header_guard.usable_size(block) else {
-        return reallocate_foreign(header_guard, caller, block, size);
-    };
-    let fresh = crate::hooks::allocate_outcome(caller, function, Source::Malloc, size).block();
-    if fresh.is_null() {
-        return fresh;
+    match header_guard.usable_size(block) {
+        Some(old_size) => move_to_new_block(caller, function, block, old_size, size),
+        None => reallocate_foreign(header_guard, caller, block, size),
     }
-    // SAFETY: both blocks hold at least the smaller size and are distinct.
-    unsafe {
-        core::ptr::copy_nonoverlapping(block.cast::<u8>(), fresh.cast::<u8>(), old_size.min(size))
-    };
-    let errno = SavedErrno::save();
-    release(header_guard, caller, block, Family::Malloc, None);
-    errno.restore();
-    fresh
 }
 
 /// realloc of a block the guard did not make: glibc's own (made before start-up, or while
@@ -237,9 +226,9 @@ pub fn release_paged(
     }
 }
 
-/// realloc of a page-guarded block: a new block (page-guarded or not, as the mode decides),
-/// a copy, the old one released.
-pub fn move_paged(
+/// realloc of a guarded block: a new block (guarded as the mode decides), a copy, the old one
+/// released (so its redzones are checked and it waits in quarantine like any freed block).
+pub fn move_to_new_block(
     caller: Caller,
     function: u32,
     block: *mut c_void,

@@ -180,17 +180,7 @@ fn walk_frames(
     intern: &dyn Fn(&[u64]) -> u32,
     strict: bool,
 ) -> u32 {
-    let top = guard.stack_top();
-    let low = caller.sp;
-    let read_stack = |address: u64| {
-        if address >= low && address.saturating_add(8) <= top && address.is_multiple_of(8) {
-            // SAFETY: the word lies between the caller's stack pointer and the top of this
-            // thread's stack, which is mapped and readable.
-            Ok(unsafe { *(address as *const u64) })
-        } else {
-            Err(())
-        }
-    };
+    let read_stack = stack_reader(caller.sp, guard.stack_top());
     // SAFETY: this thread's state; the guard proves no other frame of this thread uses it
     // (hooks do not nest).
     let state = unsafe { &mut *thread_unwinder(guard) };
@@ -364,36 +354,54 @@ fn step(
     FrameAddress::from_return_address(return_address)
 }
 
-/// The frames of an arbitrary register state — a signal's context, say — innermost first:
-/// `ip` itself, then return addresses, at most `out.len()`. Not memoized: for rare events.
-pub fn frames_from(guard: &Guard, ip: u64, sp: u64, bp: u64, out: &mut [u64]) -> usize {
-    let Some(snapshot) = snapshot() else {
-        return 0;
-    };
-    let top = guard.stack_top();
-    let mut read_stack = |address: u64| {
-        if address >= sp && address.saturating_add(8) <= top && address.is_multiple_of(8) {
-            // SAFETY: the word lies between the given stack pointer and the top of this
-            // thread's stack, which is mapped and readable.
+/// Reads stack words between `low` and the top of this thread's stack, and nothing else.
+fn stack_reader(low: u64, top: u64) -> impl Fn(u64) -> Result<u64, ()> + Copy {
+    move |address: u64| {
+        if address >= low && address.saturating_add(8) <= top && address.is_multiple_of(8) {
+            // SAFETY: the word lies between a stack pointer of this thread and the top of its
+            // stack, which is mapped and readable.
             Ok(unsafe { *(address as *const u64) })
         } else {
             Err(())
         }
-    };
+    }
+}
+
+/// Walks from a register state: each frame address is given to `visit` until it returns
+/// false or the stack ends. Not memoized: for rare events. Returns the state of the frame
+/// the walk stopped at.
+fn walk_from(
+    guard: &Guard,
+    ip: u64,
+    sp: u64,
+    bp: u64,
+    visit: &mut dyn FnMut(&FrameAddress) -> bool,
+) -> Option<(FrameAddress, UnwindRegsX86_64)> {
+    let snapshot = snapshot()?;
+    let mut read_stack = stack_reader(sp, guard.stack_top());
     // SAFETY: this thread's state; the guard proves no other frame of this thread uses it.
     let state = unsafe { &mut *thread_unwinder(guard) };
     let mut regs = UnwindRegsX86_64::new(ip, sp, bp);
     let mut address = FrameAddress::from_instruction_pointer(ip);
+    while visit(&address) {
+        let cache = &mut state.rules[rule_cache_index(&address)];
+        address = step(snapshot, address, &mut regs, cache, &mut read_stack)?;
+    }
+    Some((address, regs))
+}
+
+/// The frames of an arbitrary register state — a signal's context, say — innermost first:
+/// `ip` itself, then return addresses, at most `out.len()`.
+pub fn frames_from(guard: &Guard, ip: u64, sp: u64, bp: u64, out: &mut [u64]) -> usize {
     let mut count = 0;
-    while count < out.len() {
+    walk_from(guard, ip, sp, bp, &mut |address| {
+        if count == out.len() {
+            return false;
+        }
         out[count] = address.address();
         count += 1;
-        let cache = &mut state.rules[rule_cache_index(&address)];
-        match step(snapshot, address, &mut regs, cache, &mut read_stack) {
-            Some(next) => address = next,
-            None => break,
-        }
-    }
+        true
+    });
     count
 }
 
@@ -401,7 +409,7 @@ pub fn frames_from(guard: &Guard, ip: u64, sp: u64, bp: u64, out: &mut [u64]) ->
 /// unwinding from here. For the few hooks without an entry stub (`mmap`).
 #[inline(never)]
 pub fn caller_here(guard: &Guard) -> Option<Caller> {
-    let snapshot = snapshot()?;
+    let own = snapshot()?;
     let (ip, sp, bp): (u64, u64, u64);
     // SAFETY: reads three registers; touches no memory and no flags.
     unsafe {
@@ -415,23 +423,9 @@ pub fn caller_here(guard: &Guard) -> Option<Caller> {
             options(nomem, nostack, preserves_flags),
         );
     }
-    let top = guard.stack_top();
-    let mut read_stack = |address: u64| {
-        if address >= sp && address.saturating_add(8) <= top && address.is_multiple_of(8) {
-            // SAFETY: between this function's stack pointer and the thread's stack top.
-            Ok(unsafe { *(address as *const u64) })
-        } else {
-            Err(())
-        }
-    };
-    // SAFETY: this thread's state; the guard proves no other frame of this thread uses it.
-    let state = unsafe { &mut *thread_unwinder(guard) };
-    let mut regs = UnwindRegsX86_64::new(ip, sp, bp);
-    let mut address = FrameAddress::from_instruction_pointer(ip);
-    while snapshot.is_own(address.address()) {
-        let cache = &mut state.rules[rule_cache_index(&address)];
-        address = step(snapshot, address, &mut regs, cache, &mut read_stack)?;
-    }
+    let (address, regs) = walk_from(guard, ip, sp, bp, &mut |address| {
+        own.is_own(address.address())
+    })?;
     Some(Caller {
         return_address: address.address(),
         sp: regs.sp(),
