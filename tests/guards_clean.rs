@@ -153,3 +153,33 @@ fn numpy_reports_no_error_in_header_mode() {
     );
     run.assert_no_error("header");
 }
+
+#[test]
+fn the_churn_benchmark_gives_the_same_output_in_every_mode() {
+    // GIVEN the benchmark's churn (malloc, calloc, realloc, posix_memalign, free; 16 B to
+    // 4 KiB; tens of thousands of blocks live), whose output is a checksum of what it read.
+    let scratch = Scratch::new("guard_clean_churn");
+    let churn_c = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/churn.c");
+    let prog = scratch.compile("churn", &format!("#include \"{}\"\n", churn_c.display()));
+    let calls = "200000";
+    let bare = run_bare(&scratch, &[prog.arg(), calls], None);
+    assert_success(&bare, "churn without memwarden");
+
+    // Sampled mode at rates where guarded and plain blocks mix (realloc moves between them).
+    let modes: [(&[&str], &str); 4] = [
+        (&["--guard", "header"], "header"),
+        (&["--guard", "page"], "page"),
+        (&["--guard", "sampled"], "sampled"),
+        (&["--guard", "sampled", "--sample-rate", "7"], "sampled"),
+    ];
+    for (options, mode) in modes {
+        let run = run_guarded(&scratch, options, &[prog.arg(), calls]);
+        assert_eq!(
+            (run.status(), run.stdout()),
+            (0, bare.stdout_text()),
+            "{options:?}; stderr:\n{}",
+            run.stderr()
+        );
+        run.assert_no_error(mode);
+    }
+}

@@ -148,3 +148,37 @@ int main(void) {
     assert_eq!(run.status(), 128 + 11, "stderr:\n{}", run.stderr());
     run.assert_no_error("page");
 }
+
+#[test]
+fn more_live_blocks_than_the_kernel_has_mappings_for_still_run() {
+    // GIVEN 50,000 live blocks at once: two mappings each would pass the kernel's default
+    // limit of 65,530 (vm.max_map_count). Page mode must degrade, not crash the program.
+    let scratch = Scratch::new("guard_page_many");
+    let prog = scratch.compile(
+        "many_blocks",
+        r#"
+#define BLOCKS 50000
+static char *blocks[BLOCKS];
+int main(void) {
+    for (int i = 0; i < BLOCKS; i++) {
+        blocks[i] = malloc(16 + i % 64);
+        if (blocks[i] == NULL) return 1;
+        blocks[i][0] = (char)i;
+    }
+    long sum = 0;
+    for (int i = 0; i < BLOCKS; i++) sum += blocks[i][0];
+    for (int i = 0; i < BLOCKS; i++) free(blocks[i]);
+    say(sum != 0 ? "all blocks made and freed\n" : "no sum\n");
+    return 0;
+}
+"#,
+    );
+    let run = run_guarded(&scratch, &["--guard", "page"], &[prog.arg()]);
+    assert_eq!(
+        (run.status(), run.stdout()),
+        (0, "all blocks made and freed\n".to_owned()),
+        "stderr:\n{}",
+        run.stderr()
+    );
+    run.assert_no_error("page");
+}
