@@ -18,7 +18,7 @@ const MAX_TOP: usize = 1000;
 
 /// Shown by `memwarden --help`.
 pub const USAGE: &str = "\
-memwarden: a heap profiler for Linux programs
+memwarden: a heap profiler and heap checker for Linux programs
 
 usage:
   memwarden run [-o DIR] [--max-depth N] [--top N] [--fail RULE]... [--seed S]
