@@ -40,6 +40,19 @@ pub const FILL_FREE: usize = 6;
 pub const CHECK_EVERY: usize = 7;
 /// Bytes of freed blocks kept back (`--quarantine`).
 pub const QUARANTINE: usize = 8;
+/// `MEMWARDEN_QUARANTINE` not given: see [`quarantine_bytes`].
+pub const QUARANTINE_AUTO: u64 = u64::MAX;
+
+/// The quarantine in force: as given, or by default 64 MiB where it serves a purpose — page
+/// modes (freed pages stay inaccessible) and `--fill-free` (writes after free show in the
+/// pattern) — and none otherwise (a double free is still found by the freed block's header).
+pub fn quarantine_bytes(given: u64, page_mode: bool, fill_free: bool) -> u64 {
+    match given {
+        QUARANTINE_AUTO if page_mode || fill_free => 64 << 20,
+        QUARANTINE_AUTO => 0,
+        given => given,
+    }
+}
 /// Page guard before the block instead of after it (`--guard-below`; 0 or 1).
 pub const GUARD_BELOW: usize = 9;
 /// One allocation in N goes to a guarded page (`--sample-rate`, sampled mode).
@@ -101,9 +114,9 @@ pub const NUMERIC_OPTIONS: [NumericOption; 11] = [
     },
     NumericOption {
         variable: c"MEMWARDEN_QUARANTINE",
-        default: 64 << 20,
+        default: QUARANTINE_AUTO,
         min: 0,
-        max: 1 << 40,
+        max: QUARANTINE_AUTO,
     },
     NumericOption {
         variable: c"MEMWARDEN_GUARD_BELOW",

@@ -21,8 +21,8 @@ use memwarden_abi::{error_kind, UNKNOWN_STACK_ID};
 use crate::address_map::{AddressMap, Block};
 pub use crate::guard_header::Family;
 use crate::guard_header::{
-    read_header, write_header, BACK_PATTERN, FREED, FRONT_PATTERN, FRONT_REDZONE, HEADER, LIVE,
-    MIN_BACK_REDZONE, RAW, SIZE_MASK,
+    read_header, write_header, BACK_PATTERN, FREED, FRONT_PATTERN, FRONT_REDZONE, GLIBC_LINKS,
+    HEADER, LIVE, MIN_BACK_REDZONE, RAW, SIZE_MASK,
 };
 use crate::heap_errors::{self, HeapError};
 use crate::quarantine::Quarantine;
@@ -86,7 +86,9 @@ impl HeaderGuard {
         stack: u32,
     ) -> *mut c_void {
         let alignment = alignment.max(self.settings.align).max(16);
-        let offset = alignment.max(HEADER + FRONT_REDZONE);
+        // 16 bytes stay free before the header: glibc writes its free-list links there once
+        // the block is freed, so the header (and its freed mark) outlives the free.
+        let offset = (GLIBC_LINKS + HEADER + FRONT_REDZONE).next_multiple_of(alignment);
         let Some(total) = size
             .checked_add(offset)
             .and_then(|t| t.checked_add(MIN_BACK_REDZONE))
@@ -173,13 +175,9 @@ impl HeaderGuard {
 
     /// Whether `block` was made outside the guard (while re-entered).
     pub fn is_raw(&self, block: *mut c_void) -> bool {
-        match self.live.remove(block as u64) {
-            Some(found) => {
-                let _ = self.live.insert(block as u64, found);
-                found.stack == RAW
-            }
-            None => false,
-        }
+        self.live
+            .get(block as u64)
+            .is_some_and(|found| found.stack == RAW)
     }
 
     /// Drops `block` from the live set.
@@ -213,14 +211,7 @@ impl HeaderGuard {
     }
 
     fn is_live(&self, user: u64) -> bool {
-        // A lookup is a remove and an insert: the map has no plain lookup.
-        match self.live.remove(user) {
-            Some(block) => {
-                let _ = self.live.insert(user, block);
-                block.stack == LIVE
-            }
-            None => false,
-        }
+        self.live.get(user).is_some_and(|block| block.stack == LIVE)
     }
 
     /// Frees `user` as `family` says, checking it first. `claimed` is the size a sized
@@ -235,66 +226,82 @@ impl HeaderGuard {
         stack: &dyn Fn() -> u32,
     ) -> Option<(u32, u64)> {
         let address = user as u64;
-        match self.live.remove(address).map(|b| b.stack) {
+        let quarantining = self.settings.quarantine_bytes > 0;
+        // One lookup: a live block becomes freed (kept in quarantine) or is forgotten.
+        let previous = self.live.update(address, |block| match block.stack {
+            LIVE if quarantining => Some(Block {
+                stack: FREED,
+                size: 0,
+            }),
+            FREED => Some(block),
+            _ => None,
+        });
+        match previous.map(|b| b.stack) {
             Some(RAW) => {
                 // SAFETY: a glibc block made while memwarden was re-entered.
                 unsafe { real::__libc_free(user) };
                 None
             }
             Some(FREED) => {
-                let _ = self.live.insert(
-                    address,
-                    Block {
-                        stack: FREED,
-                        size: 0,
-                    },
-                );
-                // SAFETY: a block in quarantine: its header is still memwarden's.
-                let header = unsafe { read_header(address) };
-                let (block_size, alloc_stack) =
-                    header.map_or((0, UNKNOWN_STACK_ID), |g| (g.size, g.stack));
-                heap_errors::report(
-                    recorder,
-                    &HeapError {
-                        kind: error_kind::DOUBLE_FREE,
-                        address,
-                        block_size,
-                        offset: 0,
-                        stack: stack(),
-                        alloc_stack,
-                        free_stack: free_stack_of(address),
-                    },
-                );
+                self.report_double_free(recorder, address, stack());
                 None
             }
             Some(_) => self.release_live(recorder, user, family, claimed, stack),
             None => {
-                if crate::preinit::contains(address) {
+                // Not a block memwarden holds: freed already (its header, which glibc leaves
+                // alone, still says so), made before start-up, or never returned at all.
+                // SAFETY: the bytes before the pointer are read as glibc's own free would.
+                if unsafe { read_header(address) }.is_some_and(|block| block.freed) {
+                    self.report_double_free(recorder, address, stack());
+                } else if crate::preinit::contains(address) {
                     // SAFETY: a glibc block allocated before memwarden started.
                     unsafe { real::__libc_free(user) };
                 } else {
-                    // The inside of a live block, if it is one: said as such.
-                    let (block_size, offset, alloc_stack) = self
-                        .containing(address)
-                        .map_or((0, 0, UNKNOWN_STACK_ID), |(user, block)| {
-                            (block.size, (address - user) as i64, block.stack)
-                        });
-                    heap_errors::report(
-                        recorder,
-                        &HeapError {
-                            kind: error_kind::INVALID_FREE,
-                            address,
-                            block_size,
-                            offset,
-                            stack: stack(),
-                            alloc_stack,
-                            free_stack: UNKNOWN_STACK_ID,
-                        },
-                    );
+                    self.report_invalid_free(recorder, address, stack());
                 }
                 None
             }
         }
+    }
+
+    fn report_double_free(&self, recorder: &Recorder, address: u64, stack: u32) {
+        // SAFETY: a freed block whose header is memwarden's (checked by the caller or by
+        // the live set).
+        let header = unsafe { read_header(address) };
+        let (block_size, alloc_stack) = header.map_or((0, UNKNOWN_STACK_ID), |g| (g.size, g.stack));
+        heap_errors::report(
+            recorder,
+            &HeapError {
+                kind: error_kind::DOUBLE_FREE,
+                address,
+                block_size,
+                offset: 0,
+                stack,
+                alloc_stack,
+                free_stack: free_stack_of(address),
+            },
+        );
+    }
+
+    fn report_invalid_free(&self, recorder: &Recorder, address: u64, stack: u32) {
+        // The inside of a live block, if it is one: said as such.
+        let (block_size, offset, alloc_stack) = self
+            .containing(address)
+            .map_or((0, 0, UNKNOWN_STACK_ID), |(user, block)| {
+                (block.size, (address - user) as i64, block.stack)
+            });
+        heap_errors::report(
+            recorder,
+            &HeapError {
+                kind: error_kind::INVALID_FREE,
+                address,
+                block_size,
+                offset,
+                stack,
+                alloc_stack,
+                free_stack: UNKNOWN_STACK_ID,
+            },
+        );
     }
 
     fn release_live(

@@ -4,6 +4,8 @@
 
 use core::ffi::c_void;
 
+/// Bytes left free at the start of glibc's block, where glibc keeps its free-list links.
+pub const GLIBC_LINKS: usize = 16;
 pub const HEADER: usize = 16;
 pub const FRONT_REDZONE: usize = 16;
 pub const MIN_BACK_REDZONE: usize = 16;
@@ -56,6 +58,24 @@ fn header_words(user: u64) -> *mut u64 {
     (user as usize - FRONT_REDZONE - HEADER) as *mut u64
 }
 
+/// The offset from glibc's block to the user data, in 6 bits: multiples of 16 below 512
+/// exactly (`offset / 16`, below 32), larger powers of two by their logarithm (32 + log2).
+fn encode_offset(offset: usize) -> u64 {
+    if offset < 512 && offset.is_multiple_of(16) {
+        (offset / 16) as u64
+    } else {
+        32 + u64::from(offset.trailing_zeros())
+    }
+}
+
+fn decode_offset(code: u32) -> Option<usize> {
+    if code < 32 {
+        Some(code as usize * 16)
+    } else {
+        1usize.checked_shl(code - 32)
+    }
+}
+
 /// Writes the header of the block at `user`.
 ///
 /// # Safety
@@ -69,7 +89,7 @@ pub unsafe fn write_header(
     stack: u32,
 ) {
     let word0 = (size & SIZE_MASK)
-        | (u64::from(offset.trailing_zeros()) << 48)
+        | (encode_offset(offset) << 48)
         | ((family as u64) << 54)
         | ((freed as u64) << 56);
     let stack = u64::from(stack);
@@ -96,7 +116,7 @@ pub unsafe fn read_header(user: u64) -> Option<Guarded> {
     if word1 >> 24 != check_bits(user, word0, stack) {
         return None;
     }
-    let offset = 1usize.checked_shl(((word0 >> 48) & 0x3f) as u32)?;
+    let offset = decode_offset(((word0 >> 48) & 0x3f) as u32)?;
     Some(Guarded {
         base: (user as usize).checked_sub(offset)? as *mut c_void,
         size: word0 & SIZE_MASK,
@@ -114,4 +134,20 @@ pub fn first_changed(bytes: &[u8], pattern: u8) -> Option<usize> {
 /// The last byte in `bytes` that is not `pattern`.
 pub fn last_changed(bytes: &[u8], pattern: u8) -> Option<usize> {
     bytes.iter().rposition(|&b| b != pattern)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn offsets_round_trip() {
+        for offset in [48usize, 64, 96, 128, 496, 512, 4096, 1 << 20] {
+            assert_eq!(
+                decode_offset(encode_offset(offset) as u32),
+                Some(offset),
+                "{offset}"
+            );
+        }
+    }
 }

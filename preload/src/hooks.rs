@@ -224,6 +224,30 @@ pub fn allocate_outcome(caller: Caller, function: u32, source: Source, size: usi
     Outcome::from_block(block)
 }
 
+/// A plain tracked block for an already captured stack (the page guard's fallback).
+pub fn allocate_unguarded(
+    recorder: &Recorder,
+    _guard: &Guard,
+    stack: u32,
+    source: Source,
+    size: usize,
+) -> Outcome {
+    let Some((offset, glibc, total)) = tracked_layout(aligned(source), size) else {
+        return Outcome::from_block(from_glibc(aligned(source), size));
+    };
+    let base = from_glibc(glibc, total);
+    if base.is_null() {
+        return Outcome::NoMemory;
+    }
+    if matches!(source, Source::Calloc) && matches!(glibc, Source::Aligned(_)) {
+        // SAFETY: the block holds `total` bytes from `base`.
+        unsafe { core::ptr::write_bytes(base.cast::<u8>(), 0, total) };
+    }
+    charge_new_block(recorder, stack, size);
+    // SAFETY: `base` has room for `offset + size` bytes; offset is a power of two ≥ 16.
+    Outcome::Block(unsafe { block_header::write(base, offset, size as u64, stack) })
+}
+
 /// [`allocate_outcome`] for the C functions: the block, or null.
 #[inline(always)]
 pub fn allocate(caller: Caller, function: u32, source: Source, size: usize) -> *mut c_void {

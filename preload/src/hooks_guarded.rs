@@ -187,7 +187,9 @@ pub fn allocate_paged(
         stack,
     );
     if block.is_null() {
-        return Outcome::NoMemory;
+        // Out of mappings (the kernel's limit) rather than memory, most likely: an unguarded
+        // block keeps the program going.
+        return crate::hooks::allocate_unguarded(recorder, guard, stack, source, size);
     }
     charge_new_block(recorder, stack, size);
     Outcome::Block(block)

@@ -106,6 +106,9 @@ pub fn initialize() {
 
 /// Guarded blocks at most at once in sampled mode (live and in quarantine): the bounded pool.
 const SAMPLED_POOL_BLOCKS: usize = 4096;
+/// Guarded blocks at most at once in page mode: each takes two kernel mappings, and the
+/// kernel allows 65530 per process by default.
+const PAGE_MODE_BLOCKS: usize = 24_000;
 
 /// Applies `--align` and turns on the guard the configuration asks for.
 fn install_guard(recorder: &'static Recorder) {
@@ -119,7 +122,11 @@ fn install_guard(recorder: &'static Recorder) {
                 fill_alloc: config::fill(numeric[config::FILL_ALLOC]),
                 fill_free: config::fill(numeric[config::FILL_FREE]),
                 check_every: numeric[config::CHECK_EVERY],
-                quarantine_bytes: numeric[config::QUARANTINE],
+                quarantine_bytes: config::quarantine_bytes(
+                    numeric[config::QUARANTINE],
+                    false,
+                    config::fill(numeric[config::FILL_FREE]).is_some(),
+                ),
             };
             if guard::install(settings, recorder.waits()) {
                 guard_mode::HEADER
@@ -135,7 +142,11 @@ fn install_guard(recorder: &'static Recorder) {
                 below: numeric[config::GUARD_BELOW] == 1,
                 align,
                 fill_alloc: config::fill(numeric[config::FILL_ALLOC]),
-                quarantine_bytes: numeric[config::QUARANTINE],
+                quarantine_bytes: config::quarantine_bytes(
+                    numeric[config::QUARANTINE],
+                    true,
+                    false,
+                ),
                 sample_rate: if sampled {
                     numeric[config::SAMPLE_RATE]
                 } else {
@@ -144,7 +155,7 @@ fn install_guard(recorder: &'static Recorder) {
                 max_blocks: if sampled {
                     SAMPLED_POOL_BLOCKS
                 } else {
-                    usize::MAX
+                    PAGE_MODE_BLOCKS
                 },
             };
             if page_guard::install(settings, recorder.waits()) {

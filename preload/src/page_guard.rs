@@ -53,6 +53,8 @@ pub struct PageGuard {
     waits: &'static AtomicU64,
 }
 
+static FULL_SAID: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
+
 static PAGE_GUARD: core::sync::atomic::AtomicPtr<PageGuard> =
     core::sync::atomic::AtomicPtr::new(core::ptr::null_mut());
 
@@ -111,13 +113,19 @@ impl PageGuard {
     /// the pool has room, in sampled mode).
     #[inline(always)]
     pub fn takes(&self, size: usize) -> bool {
+        let room = self.guarded.load(Ordering::Relaxed) < self.settings.max_blocks;
         let rate = self.settings.sample_rate;
         if rate <= 1 {
-            return true;
+            if !room {
+                crate::log::say_once(
+                    &FULL_SAID,
+                    &[b"page guard: as many guarded blocks as the kernel's map limit allows; later blocks are not page-guarded"],
+                );
+            }
+            return room;
         }
         let due = (self.calls.fetch_add(1, Ordering::Relaxed) + 1).is_multiple_of(rate);
-        due && size <= page_size() * 16
-            && self.guarded.load(Ordering::Relaxed) < self.settings.max_blocks
+        due && size <= page_size() * 16 && room
     }
 
     /// Makes a page-guarded block; null if the system has no memory for it.
@@ -175,10 +183,20 @@ impl PageGuard {
             family,
             freed: false,
         });
-        self.guarded.fetch_add(1, Ordering::Relaxed);
         self.lowest.fetch_min(user, Ordering::Relaxed);
         self.highest.fetch_max(user, Ordering::Relaxed);
-        let _ = self.blocks.insert_raw(user, Box::into_raw(block) as u64);
+        let record = Box::into_raw(block);
+        if self.blocks.insert_raw(user, record as u64).is_err() {
+            // No memory left to remember it: the block is given back and the caller falls
+            // back to an unguarded one.
+            // SAFETY: the record was just made and never shared; the mapping is its own.
+            unsafe {
+                drop(Box::from_raw(record));
+                libc::munmap(map_start as *mut c_void, (data_len + page) as usize);
+            }
+            return core::ptr::null_mut();
+        }
+        self.guarded.fetch_add(1, Ordering::Relaxed);
         user as *mut c_void
     }
 
