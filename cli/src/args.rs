@@ -48,7 +48,8 @@ memwarden run      runs CMD with libmemwarden.so preloaded, follows every proces
   --check-every N    header mode: check every live block every N allocation calls
                      (default: 0, only at free and at exit)
   --quarantine SIZE  freed bytes kept back to catch use after free, e.g. 16MiB
-                     (default: 64MiB)
+                     (default: 64MiB in page and sampled modes and with --fill-free,
+                     none otherwise)
   --error-exitcode N exit with N (0-255) when a heap error was found
 
 memwarden report   renders the report of an earlier run again, from DIR/raw/*.mwp
