@@ -19,14 +19,17 @@ const MODES: [(&[&str], &str); 4] = [
     ),
 ];
 
-/// GIVEN a correct program that uses the whole malloc family and C++ new/delete, fills
-/// what it allocates, keeps some of it to the end, and prints a checksum.
+/// GIVEN a correct program that uses the whole malloc family and C++ new/delete (sized and
+/// over-aligned forms too), fills what it allocates, keeps some of it to the end, and
+/// prints a checksum.
 const CORRECT: &str = r#"
 #include <new>
 #include <vector>
 #include <string>
 #include <cstdio>
+#include <cstdint>
 struct Node { Node *next; char payload[40]; };
+struct alignas(64) Wide { char bytes[100]; };
 NOINLINE unsigned long work() {
     unsigned long sum = 0;
     Node *list = nullptr;
@@ -47,6 +50,11 @@ NOINLINE unsigned long work() {
         list = node;
         char *array = new char[n];
         memset(array, 3, n);
+        Wide *wide = new Wide();
+        Wide *wides = new Wide[1 + i % 4];
+        if ((uintptr_t)wide % 64 != 0 || (uintptr_t)wides % 64 != 0) return 1;
+        delete wide;
+        delete[] wides;
         words.push_back(std::to_string(i * 7919));
         sum += (unsigned char)m[n - 1] + (unsigned char)c[n * 3 - 1] + (unsigned char)array[n - 1];
         free(m); free(c); free(a); free(pm);
