@@ -182,3 +182,26 @@ int main(void) {
     );
     run.assert_no_error("page");
 }
+
+#[test]
+fn a_fault_on_the_first_instruction_of_a_function_names_that_function() {
+    // GIVEN a function whose first instruction is the bad write: the faulting address is
+    // not a return address, and the byte before it belongs to the function before.
+    let scratch = Scratch::new("guard_page_first");
+    let prog = scratch.compile(
+        "first_instruction",
+        r#"
+NOINLINE char *make_block(size_t n) { return malloc(n); }
+NOINLINE void poke_end(char *p) { p[128] = 1; }
+int main(void) {
+    char *p = make_block(128);
+    poke_end(p);
+    say("continued after the bug\n");
+    return 0;
+}
+"#,
+    );
+    let run = run_guarded(&scratch, &["--guard", "page"], &[prog.arg()]);
+    assert_eq!(run.status(), 128 + 11, "stderr:\n{}", run.stderr());
+    run.assert_one_error("page", &overflow_at("poke_end"));
+}
