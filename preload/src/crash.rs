@@ -111,6 +111,11 @@ fn explain_page_fault(
     let address = unsafe { (*info).si_addr() } as u64;
     let mut frames = [0u64; CRASH_DEPTH];
     let depth = fault_frames(context, &mut frames);
+    // Stored stacks hold return addresses, which readers look up one byte back; the
+    // faulting instruction is stored one byte on, so it is looked up as itself.
+    if depth > 0 {
+        frames[0] += 1;
+    }
     let stack = recorder.stacks.intern(&recorder.file, &frames[..depth]);
     page_guard.explain_fault(recorder, address, stack)
 }

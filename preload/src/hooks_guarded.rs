@@ -137,7 +137,9 @@ fn reallocate_foreign(
 
 /// Reports an alignment argument glibc refuses (the call still returns what glibc returns).
 pub fn report_bad_alignment(caller: Caller, alignment: usize) {
-    let (Some(_), Some(recorder)) = (crate::guard::header_guard(), lifecycle::active()) else {
+    let guarded =
+        crate::guard::header_guard().is_some() || crate::page_guard::page_guard().is_some();
+    let (true, Some(recorder)) = (guarded, lifecycle::active()) else {
         return;
     };
     let Some(guard) = Guard::enter() else {
