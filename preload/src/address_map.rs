@@ -9,6 +9,7 @@ use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicU32, AtomicU64};
 
 use crate::spin;
+use crate::thread_state::single_threaded;
 
 const SHARD_BITS: u32 = 8;
 const SHARDS: usize = 1 << SHARD_BITS;
@@ -206,6 +207,13 @@ impl AddressMap {
         &self.shards[(spread(address) >> (64 - SHARD_BITS)) as usize]
     }
 
+    /// A shard's lock; none while the process has one thread (no other thread can race, and
+    /// a fork is made by that thread, outside every hook).
+    #[inline(always)]
+    fn lock<'a>(&self, shard: &'a Shard) -> Option<spin::SpinGuard<'a>> {
+        (!single_threaded()).then(|| spin::lock(&shard.lock, self.waits()))
+    }
+
     fn waits(&self) -> &AtomicU64 {
         // SAFETY: points at a header counter of the profile file, mapped for the process's life.
         unsafe { &*self.waits }
@@ -215,7 +223,7 @@ impl AddressMap {
     /// before (freed behind memwarden's back), or `Err` if the map cannot grow.
     pub fn insert(&self, address: u64, block: Block) -> Result<Option<Block>, ()> {
         let shard = self.shard(address);
-        let _lock = spin::lock(&shard.lock, self.waits());
+        let _lock = self.lock(shard);
         // SAFETY: the shard lock is held, so this thread alone uses the table.
         let table = unsafe { &mut *shard.table.get() };
         if (table.used + 1) * 8 > (1usize << table.slot_bits) * 5 && !table.grow() {
@@ -249,7 +257,7 @@ impl AddressMap {
     /// What is recorded for `address`, if anything.
     pub fn get(&self, address: u64) -> Option<Block> {
         let shard = self.shard(address);
-        let _lock = spin::lock(&shard.lock, self.waits());
+        let _lock = self.lock(shard);
         // SAFETY: the shard lock is held.
         let table = unsafe { &*shard.table.get() };
         let index = table.probe(address);
@@ -266,7 +274,7 @@ impl AddressMap {
         change: impl FnOnce(Block) -> Option<Block>,
     ) -> Option<Block> {
         let shard = self.shard(address);
-        let _lock = spin::lock(&shard.lock, self.waits());
+        let _lock = self.lock(shard);
         // SAFETY: the shard lock is held.
         let table = unsafe { &mut *shard.table.get() };
         let index = table.probe(address);
@@ -287,7 +295,7 @@ impl AddressMap {
     /// never saw: allocated before tracking began, or while tracking was off).
     pub fn remove(&self, address: u64) -> Option<Block> {
         let shard = self.shard(address);
-        let _lock = spin::lock(&shard.lock, self.waits());
+        let _lock = self.lock(shard);
         // SAFETY: the shard lock is held.
         let table = unsafe { &mut *shard.table.get() };
         let index = table.probe(address);
@@ -311,7 +319,7 @@ impl AddressMap {
     /// locked while it is visited; `visit` must not touch the map).
     pub fn for_each(&self, mut visit: impl FnMut(u64, Block)) {
         for shard in self.shards.iter() {
-            let _lock = spin::lock(&shard.lock, self.waits());
+            let _lock = self.lock(shard);
             // SAFETY: the shard lock is held.
             let table = unsafe { &*shard.table.get() };
             for index in 0..=table.mask() {
