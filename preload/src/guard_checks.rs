@@ -6,12 +6,13 @@
 use memwarden_abi::{error_kind, UNKNOWN_STACK_ID};
 
 use crate::guard::{free_stack_of, HeaderGuard};
+use crate::guard_header::MIN_BACK_REDZONE;
 use crate::guard_header::{
     first_changed, last_changed, read_header, Guarded, BACK_PATTERN, FRONT_PATTERN, FRONT_REDZONE,
     LIVE,
 };
 use crate::heap_errors::{self, HeapError};
-use crate::real;
+
 use crate::recorder::Recorder;
 
 impl HeaderGuard {
@@ -51,9 +52,8 @@ impl HeaderGuard {
         block: &Guarded,
         stack: u32,
     ) {
-        let usable = real::malloc_usable_size(block.base);
         let back_start = user as usize + block.size as usize;
-        let back_len = (block.base as usize + usable).saturating_sub(back_start);
+        let back_len = MIN_BACK_REDZONE;
         // SAFETY: both redzones lie inside the live glibc block.
         let (front, back) = unsafe {
             (
