@@ -57,10 +57,8 @@ pub fn header_guard() -> Option<&'static HeaderGuard> {
 
 /// Turns the header guard on (at start-up, before any tracked allocation).
 pub fn install(settings: Settings, waits: &'static AtomicU64) -> bool {
-    let (Some(live), Some(quarantine)) = (
-        AddressMap::new(waits),
-        Quarantine::new(settings.quarantine_bytes),
-    ) else {
+    let Some((live, quarantine)) = crate::quarantine::guard_store(settings.quarantine_bytes, waits)
+    else {
         return false;
     };
     let guard = HeaderGuard {

@@ -66,10 +66,9 @@ pub fn page_guard() -> Option<&'static PageGuard> {
 }
 
 pub fn install(settings: PageSettings, waits: &'static AtomicU64) -> bool {
-    let (Some(blocks), Some(quarantine)) = (
-        AddressMap::new(waits),
-        Quarantine::new(settings.quarantine_bytes),
-    ) else {
+    let Some((blocks, quarantine)) =
+        crate::quarantine::guard_store(settings.quarantine_bytes, waits)
+    else {
         return false;
     };
     let guard = PageGuard {

@@ -29,6 +29,17 @@ unsafe impl Sync for Quarantine {}
 // SAFETY: as above.
 unsafe impl Send for Quarantine {}
 
+/// What every guard keeps: its set of blocks and its quarantine (`None` without memory).
+pub fn guard_store(
+    quarantine_bytes: u64,
+    waits: &'static core::sync::atomic::AtomicU64,
+) -> Option<(crate::address_map::AddressMap, Quarantine)> {
+    Some((
+        crate::address_map::AddressMap::new(waits)?,
+        Quarantine::new(quarantine_bytes)?,
+    ))
+}
+
 impl Quarantine {
     /// A quarantine holding at most `limit` bytes of blocks.
     pub fn new(limit: u64) -> Option<Quarantine> {
