@@ -13,7 +13,7 @@ use crate::thread_state::Guard;
 use crate::unwind;
 
 /// The system call itself (glibc's `mmap` is this, with errno set on failure).
-fn kernel_mmap(
+pub fn kernel_mmap(
     address: *mut c_void,
     length: usize,
     protection: i32,

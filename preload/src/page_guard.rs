@@ -86,20 +86,16 @@ pub fn install(settings: PageSettings, waits: &'static AtomicU64) -> bool {
 }
 
 fn map_anonymous(len: usize) -> Option<u64> {
-    // SAFETY: a fresh private anonymous mapping (not through the interposed mmap: this is
-    // memwarden's own memory).
-    let start = unsafe {
-        libc::syscall(
-            libc::SYS_mmap,
-            0usize,
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1i32,
-            0i64,
-        )
-    };
-    (start != -1).then_some(start as u64)
+    // Straight to the kernel, not through the interposed mmap: this is memwarden's memory.
+    let start = crate::hooks_mmap::kernel_mmap(
+        core::ptr::null_mut(),
+        len,
+        libc::PROT_READ | libc::PROT_WRITE,
+        libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+        -1,
+        0,
+    );
+    (start != libc::MAP_FAILED).then_some(start as u64)
 }
 
 fn protect(start: u64, len: u64, protection: i32) {
