@@ -11,7 +11,11 @@
 //! layout.frames_offset     u64          × frame_capacity     (return addresses)
 //! layout.failures_offset   FailureRecord × failure_capacity  (injected allocation failures)
 //! layout.errors_offset     ErrorRecord   × error_capacity    (heap errors found by guards)
+//! layout.codes_offset      CodeRecord    × code_capacity     (Python code objects seen in stacks)
+//! layout.blob_offset       u8            × blob_capacity     (their names and line tables)
 //! ```
+//!
+//! A frame word is a native return address unless its top bits tag it: see [`python`].
 //!
 //! The file is mapped `MAP_SHARED`, so whatever the process has written survives its death
 //! (SIGKILL, a crash): the kernel owns the pages. Its size grows with the number of unique
@@ -32,10 +36,12 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
+pub mod python;
+
 /// First eight bytes of every profile file.
 pub const MAGIC: [u8; 8] = *b"MWPROF\0\0";
 /// Version of this layout; a reader rejects any other.
-pub const FORMAT_VERSION: u32 = 3;
+pub const FORMAT_VERSION: u32 = 4;
 /// Bytes reserved for the [`Header`] at the start of the file.
 pub const HEADER_SIZE: u64 = 8192;
 /// Bytes of the command line kept in the header (NUL-separated arguments).
@@ -117,6 +123,14 @@ pub struct Layout {
     pub errors_offset: u64,
     /// Number of error records the file has room for.
     pub error_capacity: u64,
+    /// Byte offset of the first [`python::CodeRecord`].
+    pub codes_offset: u64,
+    /// Number of code records the file has room for.
+    pub code_capacity: u64,
+    /// Byte offset of the blob area (bytes that code records point into).
+    pub blob_offset: u64,
+    /// Bytes the blob area has room for.
+    pub blob_capacity: u64,
     /// Total size of the file when every region is full.
     pub file_size: u64,
 }
@@ -135,6 +149,8 @@ impl Layout {
         frame_capacity: u64,
         failure_capacity: u64,
         error_capacity: u64,
+        code_capacity: u64,
+        blob_capacity: u64,
     ) -> Option<Self> {
         let modules_offset = HEADER_SIZE;
         let Some(modules_bytes) =
@@ -176,7 +192,20 @@ impl Layout {
         else {
             return None;
         };
-        let Some(file_size) = errors_offset.checked_add(errors_bytes) else {
+        let Some(codes_offset) = errors_offset.checked_add(errors_bytes) else {
+            return None;
+        };
+        let codes_offset = round_up_to_page(codes_offset);
+        let Some(codes_bytes) =
+            code_capacity.checked_mul(core::mem::size_of::<python::CodeRecord>() as u64)
+        else {
+            return None;
+        };
+        let Some(blob_offset) = codes_offset.checked_add(codes_bytes) else {
+            return None;
+        };
+        let blob_offset = round_up_to_page(blob_offset);
+        let Some(file_size) = blob_offset.checked_add(blob_capacity) else {
             return None;
         };
         Some(Layout {
@@ -190,6 +219,10 @@ impl Layout {
             failure_capacity,
             errors_offset,
             error_capacity,
+            codes_offset,
+            code_capacity,
+            blob_offset,
+            blob_capacity,
             file_size: round_up_to_page(file_size),
         })
     }
@@ -197,6 +230,11 @@ impl Layout {
     /// Byte offset of error record `index`.
     pub const fn error_offset(&self, index: u64) -> u64 {
         self.errors_offset + index * core::mem::size_of::<ErrorRecord>() as u64
+    }
+
+    /// Byte offset of code record `index`.
+    pub const fn code_offset(&self, index: u64) -> u64 {
+        self.codes_offset + index * core::mem::size_of::<python::CodeRecord>() as u64
     }
 
     /// Byte offset of failure record `index`.
@@ -299,8 +337,17 @@ pub struct Header {
     /// Where the crash happened, innermost first. Frame 0 is the faulting instruction's
     /// address (not a return address: symbolize it as is); the others are return addresses.
     pub crash_frames: [u64; CRASH_DEPTH],
+    /// Python code records written (*live*).
+    pub code_count: u64,
+    /// Bytes of the blob area used (*live*).
+    pub blob_used: u64,
+    /// The Python runtime found in the process, as `PY_VERSION_HEX` (0x030b07f0 for
+    /// 3.11.7); 0 if none. Python frames are only captured when this is non-zero.
+    pub python_version: u32,
+    /// Reserved, zero.
+    pub reserved2: u32,
     /// Reserved for later format additions, zero.
-    pub reserved: [u64; 30],
+    pub reserved: [u64; 27],
     /// The command line, arguments separated by NUL.
     pub argv: [u8; ARGV_CAPACITY],
 }
@@ -520,7 +567,7 @@ pub struct StackRecord {
     pub allocations: u64,
     /// Blocks from this stack that were freed (or shrunk away by realloc).
     pub frees: u64,
-    /// Reserved: the kind of memory (0 native), for later issues.
+    /// The kind of memory: one of [`python::category`] (set when the stack is created).
     pub category: u32,
     /// Reserved, zero.
     pub reserved0: u32,
@@ -547,6 +594,10 @@ pub mod defaults {
     pub const FAILURE_CAPACITY: u64 = 4096;
     /// Heap errors stored (more are counted).
     pub const ERROR_CAPACITY: u64 = 4096;
+    /// Python code objects recorded.
+    pub const CODE_CAPACITY: u64 = 1 << 20;
+    /// Bytes for their names and line tables.
+    pub const BLOB_CAPACITY: u64 = 1 << 28;
 }
 
 /// The figures of one stack at the process's peak, by the rule in the crate docs.
@@ -578,6 +629,8 @@ mod tests {
             defaults::FRAME_CAPACITY,
             defaults::FAILURE_CAPACITY,
             defaults::ERROR_CAPACITY,
+            defaults::CODE_CAPACITY,
+            defaults::BLOB_CAPACITY,
         )
         .unwrap();
         assert_eq!(l.modules_offset, HEADER_SIZE);
@@ -586,14 +639,18 @@ mod tests {
         assert_eq!(l.frames_offset % 4096, 0);
         assert!(l.failures_offset >= l.frames_offset + l.frame_capacity * 8);
         assert!(l.errors_offset >= l.failures_offset + l.failure_capacity * 48);
-        assert!(l.file_size >= l.errors_offset + l.error_capacity * 48);
+        assert!(l.codes_offset >= l.errors_offset + l.error_capacity * 48);
+        assert!(l.blob_offset >= l.codes_offset + l.code_capacity * 64);
+        assert!(l.file_size >= l.blob_offset + l.blob_capacity);
     }
 
     #[test]
     fn layout_overflow_is_refused() {
-        assert!(Layout::new(u64::MAX, 1, 1, 1, 1).is_none());
-        assert!(Layout::new(1, u64::MAX / 2, 1, 1, 1).is_none());
-        assert!(Layout::new(1, 1, 1, u64::MAX / 2, 1).is_none());
-        assert!(Layout::new(1, 1, 1, 1, u64::MAX / 2).is_none());
+        assert!(Layout::new(u64::MAX, 1, 1, 1, 1, 1, 1).is_none());
+        assert!(Layout::new(1, u64::MAX / 2, 1, 1, 1, 1, 1).is_none());
+        assert!(Layout::new(1, 1, 1, u64::MAX / 2, 1, 1, 1).is_none());
+        assert!(Layout::new(1, 1, 1, 1, u64::MAX / 2, 1, 1).is_none());
+        assert!(Layout::new(1, 1, 1, 1, 1, u64::MAX / 2, 1).is_none());
+        assert!(Layout::new(1, 1, 1, 1, 1, 1, u64::MAX).is_none());
     }
 }

@@ -191,7 +191,7 @@ mod tests {
         let dir =
             std::env::temp_dir().join(format!("memwarden-accounting-{tag}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let layout = Layout::new(16, 64, 4096, 16, 16).unwrap();
+        let layout = Layout::new(16, 64, 4096, 16, 16, 16, 4096).unwrap();
         let identity = Identity::of_this_process(8);
         let fd = create_file(dir.as_os_str().as_encoded_bytes(), &identity, &layout).unwrap();
         let file = ProfileFile::map(fd, layout).unwrap();

@@ -27,6 +27,8 @@ impl Recorder {
             config.numeric[FRAME_CAPACITY],
             memwarden_abi::defaults::FAILURE_CAPACITY,
             memwarden_abi::defaults::ERROR_CAPACITY,
+            memwarden_abi::defaults::CODE_CAPACITY,
+            memwarden_abi::defaults::BLOB_CAPACITY,
         )
         .ok_or(libc::EOVERFLOW)?;
         let fd = profile_file::create_file(&config.output_dir, identity, &layout)?;

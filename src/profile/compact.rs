@@ -42,6 +42,8 @@ pub fn compact_profile_file(path: &Path) -> Result<bool, Error> {
         header.frame_words_used,
         failures_stored,
         errors_stored,
+        header.code_count,
+        header.blob_used,
     ) else {
         return Ok(false);
     };
@@ -76,6 +78,12 @@ pub fn compact_profile_file(path: &Path) -> Result<bool, Error> {
             dense.errors_offset,
             old.error_offset(errors_stored) - old.errors_offset,
         ),
+        (
+            old.codes_offset,
+            dense.codes_offset,
+            old.code_offset(header.code_count) - old.codes_offset,
+        ),
+        (old.blob_offset, dense.blob_offset, header.blob_used),
     ];
     let mut image = vec![0u8; dense.file_size as usize];
     image[..header_bytes.len()].copy_from_slice(&header_bytes);

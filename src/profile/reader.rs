@@ -274,6 +274,8 @@ fn check_header(header: &Header, len: u64) -> Result<(), ProfileError> {
         l.frame_capacity,
         l.failure_capacity,
         l.error_capacity,
+        l.code_capacity,
+        l.blob_capacity,
     ) != Some(l)
     {
         return Err(ProfileError::Layout {
@@ -294,6 +296,8 @@ fn check_header(header: &Header, len: u64) -> Result<(), ProfileError> {
         ),
         ("max_depth", header.max_depth.into(), MAX_DEPTH_LIMIT.into()),
         ("argv_len", header.argv_len.into(), ARGV_CAPACITY as u64),
+        ("code_count", header.code_count, l.code_capacity),
+        ("blob_used", header.blob_used, l.blob_capacity),
     ];
     for (what, count, capacity) in counts {
         if count > capacity {
@@ -312,6 +316,8 @@ fn check_header(header: &Header, len: u64) -> Result<(), ProfileError> {
         ("frame words", l.frame_offset(header.frame_words_used)),
         ("injected-failure records", failure_region(header).1),
         ("heap-error records", error_region(header).1),
+        ("code records", l.code_offset(header.code_count)),
+        ("blob bytes", l.blob_offset + header.blob_used),
     ];
     for (what, end) in regions {
         if end > len {

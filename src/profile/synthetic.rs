@@ -76,7 +76,7 @@ pub struct ProfileBuilder {
 impl ProfileBuilder {
     /// A profile of process `pid` with nothing recorded yet, max_depth 64, small capacities.
     pub fn new(pid: u32) -> Self {
-        let Some(layout) = Layout::new(16, 64, 1024, 16, 16) else {
+        let Some(layout) = Layout::new(16, 64, 1024, 16, 16, 16, 4096) else {
             unreachable!("small capacities fit")
         };
         let header = Header {
