@@ -8,6 +8,7 @@ mod fail_args;
 mod guard_args;
 mod output_dir;
 mod preload_lib;
+mod python_env;
 mod report_cmd;
 mod run;
 mod sweep;

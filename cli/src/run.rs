@@ -15,7 +15,7 @@ use memwarden::Exit;
 
 use crate::args::RunArgs;
 use crate::fail_args::{self, FAIL_VARIABLE, SEED_VARIABLE};
-use crate::{output_dir, preload_lib, target_check};
+use crate::{output_dir, preload_lib, python_env, target_check};
 
 /// Variable naming the output folder, read by the preload.
 const OUTPUT_DIR_VARIABLE: &str = "MEMWARDEN_OUTPUT_DIR";
@@ -32,6 +32,14 @@ pub fn run(args: &RunArgs, colour: bool) -> Result<i32, String> {
     let library = preload_lib::locate()?;
     let ld_preload = preload_lib::ld_preload(&library, std::env::var_os("LD_PRELOAD").as_deref())?;
     let out_dir = output_dir::prepare(&args.output)?;
+    let python = python_env::prepare(
+        &out_dir,
+        &library,
+        std::env::var_os("PYTHONPATH").as_deref(),
+    )?;
+    if python.is_none() {
+        say("memwarden: warning: the output folder's path holds ':', which PYTHONPATH cannot carry; NumPy array data is seen through malloc only");
+    }
 
     let command: Vec<String> = args
         .command
@@ -56,6 +64,9 @@ pub fn run(args: &RunArgs, colour: bool) -> Result<i32, String> {
         .args(&args.command[1..])
         .env("LD_PRELOAD", ld_preload)
         .env(OUTPUT_DIR_VARIABLE, &out_dir);
+    for (variable, value) in python.iter().flatten() {
+        target.env(variable, value);
+    }
     if let Some(depth) = args.max_depth {
         target.env(MAX_DEPTH_VARIABLE, depth.to_string());
     }

@@ -1,0 +1,98 @@
+//! Before the run: the Python end of the pipeline. Writes memwarden's `sitecustomize.py`
+//! into a hidden folder of the output folder and builds the environment that puts that
+//! folder first on `PYTHONPATH`, so that every Python of the profiled tree installs
+//! memwarden's NumPy data-memory handler (NEP 49) when it imports NumPy (docs/python.md).
+
+use std::ffi::{OsStr, OsString};
+use std::fs;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+use crate::io_reason as reason;
+
+/// The folder of the output folder that holds memwarden's `sitecustomize.py`.
+pub const SITE_DIR: &str = ".python";
+/// The text of memwarden's `sitecustomize.py`.
+const SITECUSTOMIZE: &str = include_str!("python/sitecustomize.py");
+/// Python's search path, read by every Python the target starts.
+const PYTHONPATH: &str = "PYTHONPATH";
+/// The path of `libmemwarden.so`, for the Python side to find the handler's exports by.
+const LIBRARY_VARIABLE: &str = "MEMWARDEN_LIBRARY";
+
+/// The variables the target gets for Python: `PYTHONPATH` and `MEMWARDEN_LIBRARY`.
+pub type PythonEnv = Vec<(&'static str, OsString)>;
+
+/// Writes `out_dir/.python/sitecustomize.py` and returns the variables to set. `Ok(None)`
+/// when `out_dir`'s path holds a `:`, which `PYTHONPATH` cannot carry (the run goes on,
+/// NumPy's array data is then seen through malloc only); `Err` when the file cannot be
+/// written.
+pub fn prepare(
+    out_dir: &Path,
+    library: &Path,
+    existing: Option<&OsStr>,
+) -> Result<Option<PythonEnv>, String> {
+    let site = out_dir.join(SITE_DIR);
+    let Some(python_path) = python_path(&site, existing) else {
+        return Ok(None);
+    };
+    fs::create_dir_all(&site)
+        .map_err(|e| format!("cannot create {}: {}", site.display(), reason(&e)))?;
+    let file = site.join("sitecustomize.py");
+    fs::write(&file, SITECUSTOMIZE)
+        .map_err(|e| format!("cannot write {}: {}", file.display(), reason(&e)))?;
+    Ok(Some(vec![
+        (PYTHONPATH, python_path),
+        (LIBRARY_VARIABLE, library.as_os_str().to_owned()),
+    ]))
+}
+
+/// `PYTHONPATH` for the target: `site` first, then the user's entries as they were (an
+/// empty value adds nothing: an empty entry would mean the current folder). `None` when
+/// `site` holds the separator.
+pub fn python_path(site: &Path, existing: Option<&OsStr>) -> Option<OsString> {
+    if site.as_os_str().as_bytes().contains(&b':') {
+        return None;
+    }
+    let mut value = site.as_os_str().to_owned();
+    if let Some(existing) = existing.filter(|e| !e.is_empty()) {
+        value.push(":");
+        value.push(existing);
+    }
+    Some(value)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn our_folder_goes_first_and_the_users_entries_stay_as_they_were() {
+        let site = Path::new("/out/.python");
+        assert_eq!(python_path(site, None).unwrap(), "/out/.python");
+        assert_eq!(
+            python_path(site, Some(OsStr::new(""))).unwrap(),
+            "/out/.python"
+        );
+        assert_eq!(
+            python_path(site, Some(OsStr::new("/a::b"))).unwrap(),
+            "/out/.python:/a::b"
+        );
+    }
+
+    #[test]
+    fn a_folder_holding_the_separator_is_not_put_on_the_path() {
+        assert!(python_path(Path::new("/x:y/.python"), None).is_none());
+    }
+
+    #[test]
+    fn the_file_is_written_and_the_library_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let env = prepare(dir.path(), Path::new("/lib/libmemwarden.so"), None)
+            .unwrap()
+            .unwrap();
+        let written =
+            fs::read_to_string(dir.path().join(SITE_DIR).join("sitecustomize.py")).unwrap();
+        assert_eq!(written, SITECUSTOMIZE);
+        assert_eq!(env[1], (LIBRARY_VARIABLE, "/lib/libmemwarden.so".into()));
+    }
+}
