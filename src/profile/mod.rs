@@ -6,6 +6,7 @@ mod dir;
 mod errors;
 mod failures;
 mod plain;
+mod python;
 mod reader;
 #[cfg(any(test, feature = "synthetic"))]
 pub mod synthetic;
@@ -19,6 +20,7 @@ use crate::Exit;
 pub use compact::compact_profile_file;
 pub use dir::{load_dir, profile_paths, OutputDir};
 pub use errors::guard_mode_name;
+pub use python::{python_version_text, PythonCode};
 pub use reader::{read_profile, read_profile_file, ProfileError, Source};
 
 /// One process image as its profile file recorded it.
@@ -78,6 +80,11 @@ pub struct Profile {
     /// The stored heap-error records (at most the file's capacity), in the order claimed;
     /// kinds are known and stack ids are below the stack count.
     pub errors: Vec<ErrorRecord>,
+    /// The Python runtime found in the process, as `PY_VERSION_HEX`; 0 if none.
+    pub python_version: u32,
+    /// The Python code records, by index (what Python frame words point to); `None` for a
+    /// record not yet published.
+    pub python_codes: Vec<Option<PythonCode>>,
 }
 
 /// Where a process crashed, as the preload recorded it from its signal handler.
@@ -107,6 +114,11 @@ impl Profile {
             .binary_search_by_key(&id, |s| s.id)
             .ok()
             .map(|index| &self.stacks[index])
+    }
+
+    /// The Python code record `index`, if it was written and published.
+    pub fn python_code(&self, index: u32) -> Option<&PythonCode> {
+        self.python_codes.get(index as usize)?.as_ref()
     }
 
     /// The module whose `[start, end)` holds `address`; the most recently loaded one if
@@ -164,7 +176,8 @@ impl Module {
 pub struct Stack {
     /// Its id (index in the stack region); 0 is the reserved unknown stack.
     pub id: u32,
-    /// Return addresses, innermost first.
+    /// Frame words, innermost first: return addresses, Python frames and markers
+    /// (`memwarden_abi::python::decode` tells them apart).
     pub frames: Vec<u64>,
     /// The record as written, for the figures (`memwarden_abi::at_peak` reads it).
     pub record: StackRecord,

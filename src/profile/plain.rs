@@ -1,6 +1,7 @@
 //! The store's records as bytes: the one place that reinterprets file bytes as the
 //! `repr(C)` structs of `memwarden-abi`, with a bounds check before every read.
 
+use memwarden_abi::python::CodeRecord;
 use memwarden_abi::{ErrorRecord, FailureRecord, Header, ModuleRecord, StackRecord};
 
 // The file is little-endian and the structs are read in native byte order.
@@ -26,6 +27,8 @@ unsafe impl Plain for StackRecord {}
 unsafe impl Plain for FailureRecord {}
 // SAFETY: `ErrorRecord` is `repr(C)` and holds only integers.
 unsafe impl Plain for ErrorRecord {}
+// SAFETY: `CodeRecord` is `repr(C)` and holds only integers and `repr(C)` pairs of them.
+unsafe impl Plain for CodeRecord {}
 
 /// Reads the record of type `T` starting at `offset` in `bytes`; `None` if it does not fit.
 pub(crate) fn read_plain<T: Plain>(bytes: &[u8], offset: usize) -> Option<T> {

@@ -3,8 +3,9 @@
 //! panic or an out-of-bounds read.
 //!
 //! Only the regions in use are read (header, `module_count` modules, `stack_count` stacks,
-//! `frame_words_used` frames, the stored failure and heap-error records): the file is
-//! sized for its capacities and mostly sparse.
+//! `frame_words_used` frames, the stored failure and heap-error records, `code_count` Python
+//! code records and `blob_used` blob bytes): the file is sized for its capacities and
+//! mostly sparse.
 
 use std::fs::File;
 use std::io;
@@ -20,6 +21,7 @@ use memwarden_abi::{
 use super::errors::{error_region, parse_errors, parse_guard_mode};
 use super::failures::{failure_region, parse_crash, parse_failures};
 use super::plain::{read_plain, read_u64};
+use super::python::{blob_region, check_python_frames, code_region, parse_codes};
 use super::{Module, Profile, Stack};
 use crate::{Error, Exit};
 
@@ -137,6 +139,26 @@ pub enum ProfileError {
     /// A `guard_mode` this reader does not know.
     #[error("corrupt header: unknown guard_mode {0}")]
     GuardMode(u32),
+    /// A Python code record that does not fit the blob area or this reader.
+    #[error("Python code record {index}: {what}")]
+    Code {
+        /// Record index.
+        index: u64,
+        /// What is wrong.
+        what: String,
+    },
+    /// A Python frame naming a code record that was never written.
+    #[error(
+        "stack {id}: Python frame names code record {code}, but only {code_count} were written"
+    )]
+    PythonFrame {
+        /// Stack id.
+        id: u32,
+        /// The code record index.
+        code: u32,
+        /// `code_count`.
+        code_count: u64,
+    },
     /// More crash frames than the header has room for.
     #[error("corrupt header: crash_depth {depth} exceeds {CRASH_DEPTH}")]
     CrashDepth {
@@ -217,6 +239,12 @@ pub fn read_profile<S: Source + ?Sized>(source: &S) -> Result<Profile, ProfileEr
     let failures = read_region(source, failures_start, failures_end)?;
     let (errors_start, errors_end) = error_region(&header);
     let errors = read_region(source, errors_start, errors_end)?;
+    let (codes_start, codes_end) = code_region(&header);
+    let codes = read_region(source, codes_start, codes_end)?;
+    let (blob_start, blob_end) = blob_region(&header);
+    let blob = read_region(source, blob_start, blob_end)?;
+    let stacks = parse_stacks(&stacks, &frames, &header)?;
+    check_python_frames(&stacks, header.code_count)?;
 
     Ok(Profile {
         path: Default::default(),
@@ -238,13 +266,15 @@ pub fn read_profile<S: Source + ?Sized>(source: &S) -> Result<Profile, ProfileEr
         heap_cas_retries: header.heap_cas_retries,
         argv: parse_argv(&header.argv[..header.argv_len as usize]),
         modules: parse_modules(&modules, header.module_count)?,
-        stacks: parse_stacks(&stacks, &frames, &header)?,
+        stacks,
         failure_count: header.failure_count,
         failures: parse_failures(&failures, &header)?,
         crash: parse_crash(&header)?,
         guard_mode: parse_guard_mode(&header)?,
         error_count: header.error_count,
         errors: parse_errors(&errors, &header)?,
+        python_version: header.python_version,
+        python_codes: parse_codes(&codes, &blob, &header)?,
     })
 }
 
@@ -316,8 +346,8 @@ fn check_header(header: &Header, len: u64) -> Result<(), ProfileError> {
         ("frame words", l.frame_offset(header.frame_words_used)),
         ("injected-failure records", failure_region(header).1),
         ("heap-error records", error_region(header).1),
-        ("code records", l.code_offset(header.code_count)),
-        ("blob bytes", l.blob_offset + header.blob_used),
+        ("code records", code_region(header).1),
+        ("blob bytes", blob_region(header).1),
     ];
     for (what, end) in regions {
         if end > len {

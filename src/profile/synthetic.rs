@@ -2,14 +2,19 @@
 //! field at the offsets `memwarden-abi` declares, so the reader can be tested without
 //! LD_PRELOAD and without `unsafe`.
 
-use std::mem::offset_of;
-
+use memwarden_abi::python::{line_table, BlobSpan, CodeRecord};
 use memwarden_abi::{
-    exit_kind, ErrorRecord, FailureRecord, Header, Layout, ModuleRecord, StackRecord,
-    ARGV_CAPACITY, CRASH_DEPTH, FORMAT_VERSION, MAGIC,
+    exit_kind, ErrorRecord, FailureRecord, Header, Layout, StackRecord, ARGV_CAPACITY, CRASH_DEPTH,
+    FORMAT_VERSION, MAGIC,
 };
 
 use super::{read_profile, Profile};
+use records::{
+    put, write_code, write_error, write_failure, write_header, write_module, write_stack,
+};
+
+#[path = "synthetic_records.rs"]
+mod records;
 use crate::Exit;
 
 /// A stack record with every field zero except `published`.
@@ -52,6 +57,22 @@ pub struct SyntheticModule {
     pub build_id: Vec<u8>,
 }
 
+/// A Python code object to put in a synthetic profile.
+#[derive(Clone, Debug, Default)]
+pub struct SyntheticCode {
+    /// `co_filename`.
+    pub filename: String,
+    /// `co_name`.
+    pub name: String,
+    /// `co_qualname`.
+    pub qualname: String,
+    /// `co_firstlineno`.
+    pub first_line: i32,
+    /// `co_linetable`: with an empty table the record says `line_table::NONE`, else
+    /// `line_table::LOCATIONS_311`.
+    pub line_table: Vec<u8>,
+}
+
 /// Builds the bytes of a profile file.
 #[derive(Clone)]
 pub struct ProfileBuilder {
@@ -71,6 +92,11 @@ pub struct ProfileBuilder {
     /// Heap-error records, written up to the error capacity (16). The header's
     /// `error_count` is their number unless it was set higher.
     pub errors: Vec<ErrorRecord>,
+    /// Python code records, in index order, written up to the code capacity (16). The
+    /// header's `code_count` is their number unless it was set higher.
+    pub codes: Vec<CodeRecord>,
+    /// The blob area's bytes in use (at most 4096): `blob_used` is their length.
+    pub blob: Vec<u8>,
 }
 
 impl ProfileBuilder {
@@ -113,7 +139,11 @@ impl ProfileBuilder {
             error_count: 0,
             guard_mode: 0,
             reserved1: 0,
-            reserved: [0; 30],
+            code_count: 0,
+            blob_used: 0,
+            python_version: 0,
+            reserved2: 0,
+            reserved: [0; 27],
             argv: [0; ARGV_CAPACITY],
         };
         let mut unknown_stack = stack_record();
@@ -126,7 +156,45 @@ impl ProfileBuilder {
             argv: Vec::new(),
             failures: Vec::new(),
             errors: Vec::new(),
+            codes: Vec::new(),
+            blob: Vec::new(),
         }
+    }
+
+    /// Adds a published Python code record (index: the number of records before it), its
+    /// strings and line table appended to the blob area.
+    pub fn python_code(mut self, code: SyntheticCode) -> Self {
+        let mut span = |bytes: &[u8]| {
+            let span = BlobSpan {
+                start: self.blob.len() as u32,
+                len: bytes.len() as u32,
+            };
+            self.blob.extend_from_slice(bytes);
+            span
+        };
+        let record = CodeRecord {
+            published: 1,
+            line_table_kind: if code.line_table.is_empty() {
+                line_table::NONE
+            } else {
+                line_table::LOCATIONS_311
+            },
+            first_line: code.first_line,
+            reserved0: 0,
+            filename: span(code.filename.as_bytes()),
+            name: span(code.name.as_bytes()),
+            qualname: span(code.qualname.as_bytes()),
+            line_table: span(&code.line_table),
+            reserved: [0; 2],
+        };
+        self.codes.push(record);
+        self
+    }
+
+    /// Sets the Python version found (`PY_VERSION_HEX`).
+    pub fn python_version(mut self, hex: u32) -> Self {
+        self.header.python_version = hex;
+        self
     }
 
     /// Adds a heap-error record.
@@ -230,7 +298,13 @@ impl ProfileBuilder {
         for (index, error) in (0..layout.error_capacity).zip(&self.errors) {
             write_error(&mut file, layout.error_offset(index) as usize, error);
         }
+        for (index, code) in (0..layout.code_capacity).zip(&self.codes) {
+            write_code(&mut file, layout.code_offset(index) as usize, code);
+        }
+        put(&mut file, layout.blob_offset, &self.blob);
         let mut header = self.header;
+        header.code_count = header.code_count.max(self.codes.len() as u64);
+        header.blob_used = self.blob.len() as u64;
         header.failure_count = header.failure_count.max(self.failures.len() as u64);
         header.error_count = header.error_count.max(self.errors.len() as u64);
         header.stack_count = 1 + self.stacks.len() as u64;
@@ -255,180 +329,4 @@ impl ProfileBuilder {
             Err(e) => panic!("synthetic profile rejected: {e}"),
         }
     }
-}
-
-fn put(file: &mut [u8], offset: impl TryInto<usize>, bytes: &[u8]) {
-    let Ok(offset) = offset.try_into() else {
-        panic!("offset beyond usize")
-    };
-    file[offset..offset + bytes.len()].copy_from_slice(bytes);
-}
-
-fn write_header(file: &mut [u8], h: &Header) {
-    macro_rules! field {
-        ($name:ident) => {
-            put(file, offset_of!(Header, $name), &h.$name.to_le_bytes())
-        };
-    }
-    put(file, offset_of!(Header, magic), &h.magic);
-    field!(version);
-    field!(header_size);
-    field!(pid);
-    field!(ppid);
-    field!(max_depth);
-    field!(exit_kind);
-    field!(exit_value);
-    field!(degraded_reason);
-    field!(start_realtime_ns);
-    field!(start_monotonic_ns);
-    let layout = offset_of!(Header, layout);
-    let l = h.layout;
-    let words = super::plain::layout_fields(&l);
-    for (offset, value) in words {
-        put(file, layout + offset, &value.to_le_bytes());
-    }
-    for (i, word) in h.heap.iter().enumerate() {
-        put(file, offset_of!(Header, heap) + 8 * i, &word.to_le_bytes());
-    }
-    for (i, word) in h.blocks.iter().enumerate() {
-        put(
-            file,
-            offset_of!(Header, blocks) + 8 * i,
-            &word.to_le_bytes(),
-        );
-    }
-    field!(peak_time_ns);
-    field!(rise_time_ns);
-    field!(end_time_ns);
-    field!(stack_count);
-    field!(frame_words_used);
-    field!(module_count);
-    field!(flags);
-    field!(untracked_allocations);
-    field!(argv_len);
-    field!(lock_waits);
-    field!(heap_cas_retries);
-    field!(failure_count);
-    field!(crash_signal);
-    field!(crash_depth);
-    field!(error_count);
-    field!(guard_mode);
-    for (i, word) in h.crash_frames.iter().enumerate() {
-        put(
-            file,
-            offset_of!(Header, crash_frames) + 8 * i,
-            &word.to_le_bytes(),
-        );
-    }
-    put(file, offset_of!(Header, argv), &h.argv);
-}
-
-fn write_failure(file: &mut [u8], at: usize, r: &FailureRecord) {
-    macro_rules! field {
-        ($name:ident) => {
-            put(
-                file,
-                at + offset_of!(FailureRecord, $name),
-                &r.$name.to_le_bytes(),
-            )
-        };
-    }
-    field!(seq);
-    field!(call);
-    field!(size);
-    field!(time_ns);
-    field!(stack);
-    field!(function);
-    field!(rule);
-}
-
-fn write_error(file: &mut [u8], at: usize, r: &ErrorRecord) {
-    macro_rules! field {
-        ($name:ident) => {
-            put(
-                file,
-                at + offset_of!(ErrorRecord, $name),
-                &r.$name.to_le_bytes(),
-            )
-        };
-    }
-    field!(kind);
-    field!(stack);
-    field!(address);
-    field!(block_size);
-    field!(offset);
-    field!(alloc_stack);
-    field!(free_stack);
-    field!(time_ns);
-}
-
-fn write_stack(file: &mut [u8], at: usize, r: &StackRecord) {
-    macro_rules! field {
-        ($name:ident) => {
-            put(
-                file,
-                at + offset_of!(StackRecord, $name),
-                &r.$name.to_le_bytes(),
-            )
-        };
-    }
-    field!(published);
-    field!(depth);
-    field!(frames_start);
-    field!(live_bytes);
-    field!(live_blocks);
-    field!(snap_bytes);
-    field!(snap_blocks);
-    field!(snap_peak);
-    field!(max_live_bytes);
-    field!(allocated_bytes);
-    field!(allocations);
-    field!(frees);
-}
-
-fn write_module(file: &mut [u8], at: usize, m: &SyntheticModule) {
-    let field = |name: usize| at + name;
-    put(
-        file,
-        field(offset_of!(ModuleRecord, published)),
-        &1u32.to_le_bytes(),
-    );
-    let path_len = m.path.len() as u32;
-    put(
-        file,
-        field(offset_of!(ModuleRecord, path_len)),
-        &path_len.to_le_bytes(),
-    );
-    put(
-        file,
-        field(offset_of!(ModuleRecord, base)),
-        &m.base.to_le_bytes(),
-    );
-    put(
-        file,
-        field(offset_of!(ModuleRecord, start)),
-        &m.start.to_le_bytes(),
-    );
-    put(
-        file,
-        field(offset_of!(ModuleRecord, end)),
-        &m.end.to_le_bytes(),
-    );
-    let id_len = m.build_id.len() as u32;
-    put(
-        file,
-        field(offset_of!(ModuleRecord, build_id_len)),
-        &id_len.to_le_bytes(),
-    );
-    put(
-        file,
-        field(offset_of!(ModuleRecord, module_flags)),
-        &m.flags.to_le_bytes(),
-    );
-    put(file, field(offset_of!(ModuleRecord, build_id)), &m.build_id);
-    put(
-        file,
-        field(offset_of!(ModuleRecord, path)),
-        m.path.as_bytes(),
-    );
 }

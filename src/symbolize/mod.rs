@@ -8,6 +8,7 @@
 
 mod debug_file;
 mod module;
+pub mod python_lines;
 mod symbol_table;
 
 use std::collections::HashMap;
