@@ -10,6 +10,7 @@
 
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
+use memwarden_abi::python::CodeRecord;
 use memwarden_abi::{flags, Header, ModuleRecord, StackRecord};
 
 use crate::lifecycle;
@@ -51,8 +52,9 @@ fn stack_lock(recorder: &Recorder, id: u64) -> &AtomicU32 {
     unsafe { AtomicU32::from_ptr(core::ptr::addr_of_mut!((*record).lock)) }
 }
 
-/// The used byte ranges of the profile file: header, modules, stacks, frames.
-fn used_regions(recorder: &Recorder, stacks: u64) -> [(u64, u64); 4] {
+/// The used byte ranges of the profile file: header, modules, stacks, frames, Python code
+/// records and their blob.
+fn used_regions(recorder: &Recorder, stacks: u64) -> [(u64, u64); 6] {
     let file = &recorder.file;
     let layout = file.layout();
     let modules = file
@@ -60,6 +62,12 @@ fn used_regions(recorder: &Recorder, stacks: u64) -> [(u64, u64); 4] {
         .load(Ordering::Acquire);
     let frames = file
         .counter(core::mem::offset_of!(Header, frame_words_used))
+        .load(Ordering::Acquire);
+    let codes = file
+        .counter(core::mem::offset_of!(Header, code_count))
+        .load(Ordering::Acquire);
+    let blob = file
+        .counter(core::mem::offset_of!(Header, blob_used))
         .load(Ordering::Acquire);
     [
         (0, memwarden_abi::HEADER_SIZE),
@@ -72,6 +80,11 @@ fn used_regions(recorder: &Recorder, stacks: u64) -> [(u64, u64); 4] {
             stacks * core::mem::size_of::<StackRecord>() as u64,
         ),
         (layout.frames_offset, frames.min(layout.frame_capacity) * 8),
+        (
+            layout.codes_offset,
+            codes.min(layout.code_capacity) * core::mem::size_of::<CodeRecord>() as u64,
+        ),
+        (layout.blob_offset, blob.min(layout.blob_capacity)),
     ]
 }
 
@@ -88,6 +101,9 @@ extern "C" fn prepare() {
     }
     if let Some(page_guard) = crate::page_guard::page_guard() {
         page_guard.lock_for_fork();
+    }
+    if let Some(python) = crate::python_runtime::runtime() {
+        python.codes.lock_for_fork();
     }
     let file = &recorder.file;
     let stacks = file
@@ -146,6 +162,9 @@ fn release_locks(recorder: &Recorder) {
     }
     if let Some(page_guard) = crate::page_guard::page_guard() {
         page_guard.unlock_after_fork();
+    }
+    if let Some(python) = crate::python_runtime::runtime() {
+        python.codes.unlock_after_fork();
     }
     GATE.store(false, Ordering::SeqCst);
 }
@@ -242,7 +261,7 @@ fn adopt_own_file(recorder: &Recorder, stacks: u64) -> Result<(), i32> {
     Ok(())
 }
 
-fn used_regions_of_copy(recorder: &Recorder, stacks: u64) -> [(u64, u64); 4] {
+fn used_regions_of_copy(recorder: &Recorder, stacks: u64) -> [(u64, u64); 6] {
     // The copy was taken with the same counters the child still sees (nothing ran since).
     used_regions(recorder, stacks)
 }

@@ -76,6 +76,7 @@ pub fn initialize() {
             unwind::install_thread_exit_hook();
             snapshot::rebuild(&guard, Some(&recorder.file));
             recorder.note_own_malloc();
+            note_python(recorder);
             install_guard(recorder);
             if let Some(rules) = &recorder.config.fail_rules {
                 let executable = crate::modules::executable_path();
@@ -100,6 +101,41 @@ pub fn initialize() {
                 b"); this process is not profiled",
             ]);
             STATE.store(DISABLED, Ordering::Release);
+        }
+    }
+}
+
+/// Finds the Python runtime, if any, and says once if its frames cannot be read.
+fn note_python(recorder: &Recorder) {
+    let (modules, _) = crate::modules::loaded_modules();
+    match crate::python_runtime::detect(&modules) {
+        crate::python_runtime::Detection::Absent => {}
+        crate::python_runtime::Detection::Found(version) => {
+            let field = core::mem::offset_of!(memwarden_abi::Header, python_version);
+            recorder
+                .file
+                .word32(field)
+                .store(version, Ordering::Relaxed);
+            // Python frames come on top of the native depth limit, up to the format's.
+            let depth = core::mem::offset_of!(memwarden_abi::Header, max_depth);
+            recorder
+                .file
+                .word32(depth)
+                .store(memwarden_abi::MAX_DEPTH_LIMIT, Ordering::Relaxed);
+        }
+        crate::python_runtime::Detection::Unsupported(0) => log::say(&[
+            b"this Python is older than 3.11; memwarden reads Python frames from CPython ",
+            b"3.11 to 3.13, so its stacks show native frames only",
+        ]),
+        crate::python_runtime::Detection::Unsupported(version) => {
+            let (mut major, mut minor) = ([0u8; 20], [0u8; 20]);
+            log::say(&[
+                b"memwarden reads Python frames from CPython 3.11 to 3.13, not ",
+                log::decimal(u64::from(version >> 24), &mut major),
+                b".",
+                log::decimal(u64::from((version >> 16) & 0xff), &mut minor),
+                b", so its stacks show native frames only",
+            ]);
         }
     }
 }

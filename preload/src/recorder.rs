@@ -1,8 +1,9 @@
 //! Event → store: turns one interposed call into its effects — capture the stack, intern
 //! it, and charge the stack's accounting.
 
-use core::sync::atomic::{AtomicU64, Ordering};
+use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
+use memwarden_abi::python::{category, NUMPY_DATA};
 use memwarden_abi::{degraded_reason, exit_kind, flags, Header, Layout};
 
 use crate::config::{Config, FRAME_CAPACITY, STACK_CAPACITY};
@@ -10,7 +11,7 @@ use crate::profile_file::{self, clock_ns, Identity, ProfileFile};
 use crate::stack_table::StackTable;
 use crate::thread_state::Guard;
 use crate::unwind::Caller;
-use crate::{accounting, lifecycle, unwind};
+use crate::{accounting, lifecycle, python_runtime, python_stack, unwind};
 
 pub struct Recorder {
     pub file: ProfileFile,
@@ -53,10 +54,37 @@ impl Recorder {
         })
     }
 
-    /// The id of the caller's stack (captured and interned).
+    /// The id of the caller's stack (captured and interned), with the thread's Python
+    /// frames put in where it runs Python, and the caller's marker first.
     pub fn stack_of(&self, guard: &Guard, caller: Caller) -> u32 {
         let intern = |frames: &[u64]| self.stacks.intern(&self.file, frames);
-        unwind::caller_stack(guard, caller, self.config.max_depth(), &intern)
+        let native = unwind::caller_stack(guard, caller, self.config.max_depth(), &intern);
+        if caller.marker == 0 && python_runtime::runtime().is_none() {
+            return native;
+        }
+        let marker = (caller.marker != 0).then_some(caller.marker);
+        let stack = python_stack::with_python_frames(self, native, marker);
+        if caller.marker == NUMPY_DATA {
+            self.set_category(stack, category::NUMPY);
+        }
+        stack
+    }
+
+    /// The id of a stack of frames (native return addresses or tagged words).
+    pub fn intern(&self, frames: &[u64]) -> u32 {
+        self.stacks.intern(&self.file, frames)
+    }
+
+    /// Sets the kind of memory a stack's blocks are (the same every time for a stack).
+    fn set_category(&self, stack: u32, kind: u32) {
+        if stack == memwarden_abi::UNKNOWN_STACK_ID {
+            return;
+        }
+        let record = self.file.stack(u64::from(stack));
+        // SAFETY: an aligned u32 of a published record in the mapping; every writer stores
+        // the same value, so a plain atomic store is enough.
+        unsafe { AtomicU32::from_ptr(core::ptr::addr_of_mut!((*record).category)) }
+            .store(kind, Ordering::Relaxed);
     }
 
     /// Charges an allocation of `size` bytes to `stack`.

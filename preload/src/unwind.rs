@@ -95,6 +95,9 @@ pub struct Caller {
     pub return_address: u64,
     pub sp: u64,
     pub bp: u64,
+    /// A marker word to put first in the recorded stack (0: none), such as
+    /// `python::NUMPY_DATA` for blocks made through NumPy's data-memory handler.
+    pub marker: u64,
 }
 
 impl Caller {
@@ -111,6 +114,7 @@ impl Caller {
             return_address: unsafe { *(entry_sp as *const u64) },
             sp: entry_sp + 8,
             bp,
+            marker: 0,
         }
     }
 }
@@ -430,5 +434,6 @@ pub fn caller_here(guard: &Guard) -> Option<Caller> {
         return_address: address.address(),
         sp: regs.sp(),
         bp: regs.bp(),
+        marker: 0,
     })
 }

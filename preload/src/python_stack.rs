@@ -1,0 +1,255 @@
+//! Interposed call → event (Python): puts the calling thread's Python frames into its native
+//! stack. Each native `_PyEval_EvalFrameDefault` frame runs one or more Python frames (since
+//! 3.11 a Python-to-Python call stays in the same native call); the thread's frame chain
+//! says which, so each such native frame is replaced by its Python frames, innermost first:
+//!
+//! ```text
+//! native:  malloc-caller  list_resize  _PyEval_EvalFrameDefault  PyObject_Call  …  _PyEval_EvalFrameDefault  Py_RunMain  main
+//! merged:  malloc-caller  list_resize  work.py:12 (fill)  work.py:30 (main)        …  work.py:41 (<module>)
+//! ```
+//!
+//! Native frames below the innermost Python frame are kept (what allocated, in C); above it
+//! the interpreter's own frames are dropped and other modules' frames (NumPy's C code, a
+//! ctypes target) kept; nothing above the outermost Python frame is kept.
+
+use memwarden_abi::python::python_frame;
+use memwarden_abi::MAX_DEPTH_LIMIT;
+
+use crate::python_codes::read_u64;
+use crate::python_layout::{
+    CurrentFrame, EntryMark, OBJECT_TYPE, OWNED_BY_CSTACK, OWNED_BY_GENERATOR,
+};
+use crate::python_runtime::{self, PythonRuntime};
+use crate::recorder::Recorder;
+
+const MAX_DEPTH: usize = MAX_DEPTH_LIMIT as usize;
+/// Frames followed at most along one chain (a bound should the chain ever be corrupt).
+const MAX_CHAIN: usize = 4096;
+
+/// The Python frames of the calling thread as frame words, innermost first, cut into the
+/// groups each native evaluation call runs.
+struct PythonFrames {
+    words: [u64; MAX_DEPTH],
+    count: usize,
+    /// `group_ends[g]`: one past the last word of group `g`.
+    group_ends: [u16; MAX_DEPTH],
+    groups: usize,
+}
+
+impl PythonFrames {
+    fn new() -> Self {
+        PythonFrames {
+            words: [0; MAX_DEPTH],
+            count: 0,
+            group_ends: [0; MAX_DEPTH],
+            groups: 0,
+        }
+    }
+
+    fn push(&mut self, word: u64) {
+        if self.count < MAX_DEPTH {
+            self.words[self.count] = word;
+            self.count += 1;
+        }
+    }
+
+    fn end_group(&mut self) {
+        if self.groups < MAX_DEPTH {
+            self.group_ends[self.groups] = self.count as u16;
+            self.groups += 1;
+        }
+    }
+
+    fn group(&self, g: usize) -> &[u64] {
+        let start = if g == 0 {
+            0
+        } else {
+            self.group_ends[g - 1] as usize
+        };
+        &self.words[start..self.group_ends[g] as usize]
+    }
+}
+
+/// A stack being assembled, at most `MAX_DEPTH` words.
+struct Merged {
+    words: [u64; MAX_DEPTH],
+    used: usize,
+}
+
+impl Merged {
+    fn push(&mut self, word: u64) {
+        if self.used < MAX_DEPTH {
+            self.words[self.used] = word;
+            self.used += 1;
+        }
+    }
+}
+
+/// The stack to record for an allocation whose native stack is `native`: with the thread's
+/// Python frames put in, and `marker` (if any) as frame 0.
+#[inline]
+pub fn with_python_frames(recorder: &Recorder, native: u32, marker: Option<u64>) -> u32 {
+    let runtime = python_runtime::runtime();
+    let mut python = PythonFrames::new();
+    if let Some(runtime) = runtime {
+        // SAFETY: the calling thread reads its own thread state.
+        unsafe { read_frames(runtime, recorder, &mut python) };
+    }
+    if python.count == 0 && marker.is_none() {
+        return native;
+    }
+    let mut merged = Merged {
+        words: [0; MAX_DEPTH],
+        used: 0,
+    };
+    if let Some(marker) = marker {
+        merged.push(marker);
+    }
+    let native_frames = recorder.frames_of(native);
+    let Some(runtime) = runtime.filter(|_| python.count != 0) else {
+        native_frames.iter().for_each(|&frame| merged.push(frame));
+        return recorder.intern(&merged.words[..merged.used]);
+    };
+    let mut group = 0;
+    let mut seen_python = false;
+    let mut outermost_python = 0;
+    // Below the innermost Python frame: one past the last frame outside the interpreter.
+    let mut after_foreign = None;
+    for &frame in native_frames {
+        if runtime.is_eval(frame) && group < python.groups {
+            let words = python.group(group);
+            if !words.is_empty() && !seen_python {
+                // The interpreter's calling machinery between an extension's C function
+                // (or the allocator) and the Python line that called it says nothing.
+                if let Some(end) = after_foreign {
+                    merged.used = end;
+                }
+            }
+            words.iter().for_each(|&word| merged.push(word));
+            if !words.is_empty() {
+                seen_python = true;
+                outermost_python = merged.used;
+            }
+            group += 1;
+            continue;
+        }
+        let interpreter = runtime.in_interpreter(frame);
+        if seen_python && interpreter {
+            continue;
+        }
+        merged.push(frame);
+        if !seen_python && !interpreter {
+            after_foreign = Some(merged.used);
+        }
+    }
+    // A native stack cut at its depth limit: the rest of the Python frames go on top.
+    while group < python.groups {
+        let words = python.group(group);
+        words.iter().for_each(|&word| merged.push(word));
+        if !words.is_empty() {
+            outermost_python = merged.used;
+        }
+        group += 1;
+    }
+    recorder.intern(&merged.words[..outermost_python])
+}
+
+/// Reads the calling thread's frame chain into `out`.
+///
+/// # Safety
+/// Called by the thread whose frames are read, inside a hook: its frames cannot change
+/// while it is here, and each frame keeps its code object alive.
+unsafe fn read_frames(runtime: &PythonRuntime, recorder: &Recorder, out: &mut PythonFrames) {
+    let l = runtime.layout;
+    let thread_state = runtime.this_thread_state() as u64;
+    if thread_state == 0 {
+        return;
+    }
+    // SAFETY: fields of this thread's live thread state and of its current C frame.
+    let mut frame = unsafe {
+        match l.current_frame {
+            CurrentFrame::ThroughCFrame {
+                cframe,
+                current_frame,
+            } => {
+                let cframe = read_u64(thread_state + cframe as u64);
+                if cframe == 0 {
+                    return;
+                }
+                read_u64(cframe + current_frame as u64)
+            }
+            CurrentFrame::Direct { current_frame } => read_u64(thread_state + current_frame as u64),
+        }
+    };
+    let mut followed = 0;
+    while frame != 0 && followed < MAX_CHAIN {
+        followed += 1;
+        // SAFETY: `frame` is a live interpreter frame of this thread (the chain from its
+        // current frame), so its fields are readable.
+        let (owner, code, instruction, previous) = unsafe {
+            (
+                *((frame + l.frame_owner as u64) as *const u8),
+                read_u64(frame + l.frame_code as u64),
+                read_u64(frame + l.frame_instruction as u64),
+                read_u64(frame + l.frame_previous as u64),
+            )
+        };
+        if l.entry == EntryMark::CStackOwner && owner == OWNED_BY_CSTACK {
+            out.end_group();
+            frame = previous;
+            continue;
+        }
+        // SAFETY: a code object's type word, read only after the null check.
+        if code != 0 && unsafe { read_u64(code + OBJECT_TYPE as u64) } == runtime.code_type {
+            // SAFETY: `code` is a live code object (its type was just checked).
+            if let Some(word) = unsafe { frame_word(runtime, recorder, code, owner, instruction) } {
+                out.push(word);
+            }
+        }
+        if let EntryMark::IsEntryFlag(offset) = l.entry {
+            // SAFETY: a bool field of the live frame.
+            if unsafe { *((frame + offset as u64) as *const u8) } != 0 {
+                out.end_group();
+            }
+        }
+        frame = previous;
+    }
+    let ended = if out.groups == 0 {
+        0
+    } else {
+        out.group_ends[out.groups - 1] as usize
+    };
+    if ended < out.count {
+        out.end_group();
+    }
+}
+
+/// The frame word of a frame running `code`, or `None` for a frame that has not started
+/// (CPython's "incomplete" frames: arguments still being set up).
+///
+/// # Safety
+/// `code` is a live code object of the runtime's layout.
+unsafe fn frame_word(
+    runtime: &PythonRuntime,
+    recorder: &Recorder,
+    code: u64,
+    owner: u8,
+    instruction: u64,
+) -> Option<u64> {
+    let l = runtime.layout;
+    let units = code + l.code_units as u64;
+    // SAFETY: an int field of the live code object.
+    let first_traceable =
+        unsafe { ((code + l.code_first_traceable as u64) as *const i32).read_unaligned() };
+    let first = units.saturating_add(2 * u64::from(first_traceable.max(0) as u32));
+    if owner != OWNED_BY_GENERATOR && instruction < first {
+        return None;
+    }
+    if instruction < units {
+        return None;
+    }
+    let offset = ((instruction - units) / 2).min(u64::from(u32::MAX)) as u32;
+    // SAFETY: the caller's contract.
+    let index = unsafe { runtime.codes.index_of(&recorder.file, l, code) }?;
+    Some(python_frame(index, offset, false))
+}
