@@ -165,3 +165,7 @@ mod tests {
         assert!(for_version(0x030e00f0).is_none(), "3.14");
     }
 }
+
+#[cfg(test)]
+#[path = "python_layout_tests.rs"]
+mod header_tests;
