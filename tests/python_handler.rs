@@ -1,0 +1,151 @@
+//! The Python end of `memwarden run`: NumPy's data-memory handler is memwarden's in every
+//! thread with nothing changed in the script or its environment, the user's own
+//! `sitecustomize` still runs (errors included, shown as Python shows them), and `sys.path`
+//! is what it would be without memwarden.
+
+mod common;
+use common::python::*;
+use common::*;
+
+/// Prints the handler NumPy gives arrays made in the main thread, a `threading.Thread` and
+/// a thread pool, then `sys.path` and where `sitecustomize` came from.
+const SCRIPT: &str = r#"import json, sys, threading
+from concurrent.futures import ThreadPoolExecutor
+import numpy as np
+
+name = np._core.multiarray.get_handler_name
+print("main", name(np.ones(3)))
+seen = []
+thread = threading.Thread(target=lambda: seen.append(name(np.ones(3))))
+thread.start()
+thread.join()
+print("thread", seen[0])
+with ThreadPoolExecutor(2) as pool:
+    print("pool", pool.submit(lambda: name(np.ones(3))).result())
+print("path", json.dumps(sys.path))
+print("sitecustomize", getattr(sys.modules.get("sitecustomize"), "__file__", None))
+"#;
+
+/// The lines of `stdout` that start with `key `, without the key.
+fn value<'a>(stdout: &'a str, key: &str) -> Vec<&'a str> {
+    stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix(key).and_then(|v| v.strip_prefix(' ')))
+        .collect()
+}
+
+/// The target's stderr: what memwarden's summary (`memwarden: <command> (N process…`)
+/// follows.
+fn target_stderr(stderr: &str) -> &str {
+    let summary = stderr
+        .find("memwarden: ")
+        .filter(|&at| stderr[at..].contains(" process"))
+        .unwrap_or(stderr.len());
+    &stderr[..summary]
+}
+
+#[test]
+fn arrays_get_memwardens_handler_in_every_thread_and_the_users_sitecustomize_runs() {
+    let Some(python) = venv_python("numpy") else {
+        return;
+    };
+    let scratch = Scratch::new("python_handler");
+    let script = Script::new(&scratch, "handler.py", SCRIPT);
+    let user = scratch.path().join("user");
+    std::fs::create_dir_all(&user).expect("user folder");
+    let user_site = user.join("sitecustomize.py");
+    std::fs::write(&user_site, "print('user sitecustomize ran')\n").expect("user file");
+    let user_path = user.to_str().expect("utf-8 path");
+
+    let run = run_script(
+        &scratch,
+        &python,
+        &script,
+        &[],
+        &[("PYTHONPATH", user_path)],
+    );
+    assert_success(&run.outcome, "the script under memwarden");
+    let stdout = run.outcome.stdout_text();
+    assert_eq!(
+        stdout.lines().next(),
+        Some("user sitecustomize ran"),
+        "{stdout}"
+    );
+    for key in ["main", "thread", "pool"] {
+        assert_eq!(value(&stdout, key), ["memwarden"], "{key}:\n{stdout}");
+    }
+    assert_eq!(
+        value(&stdout, "sitecustomize"),
+        [user_site.to_str().unwrap()],
+        "{stdout}"
+    );
+    assert_eq!(
+        target_stderr(&run.outcome.stderr_text()),
+        "",
+        "nothing from memwarden's Python side"
+    );
+
+    // Bare, with the same PYTHONPATH: the same sys.path and sitecustomize, NumPy's handler.
+    let mut bare = std::process::Command::new(&python);
+    bare.arg(script.arg())
+        .env("PYTHONPATH", user_path)
+        .current_dir(scratch.path());
+    let bare = run_watched(bare, None, WATCHDOG, &scratch);
+    assert_success(&bare, "the script bare");
+    let bare_stdout = bare.stdout_text();
+    assert_eq!(value(&bare_stdout, "main"), ["default_allocator"]);
+    assert_eq!(value(&stdout, "path"), value(&bare_stdout, "path"));
+    assert_eq!(
+        value(&stdout, "sitecustomize"),
+        value(&bare_stdout, "sitecustomize")
+    );
+}
+
+#[test]
+fn without_a_user_sitecustomize_there_is_none_and_an_error_in_one_shows_as_python_shows_it() {
+    let Some(python) = venv_python("numpy") else {
+        return;
+    };
+    let scratch = Scratch::new("python_user_site");
+    let script = Script::new(&scratch, "handler.py", SCRIPT);
+
+    // No PYTHONPATH at all: memwarden's module is not left behind as `sitecustomize`.
+    let run = run_script(&scratch, &python, &script, &[], &[]);
+    assert_success(&run.outcome, "the script under memwarden");
+    let stdout = run.outcome.stdout_text();
+    assert_eq!(value(&stdout, "main"), ["memwarden"], "{stdout}");
+    assert_eq!(value(&stdout, "sitecustomize"), ["None"], "{stdout}");
+    assert!(!value(&stdout, "path")[0].contains("/.python"), "{stdout}");
+
+    // A user's sitecustomize that raises: Python's own message, and the program runs on.
+    let user = scratch.path().join("user");
+    std::fs::create_dir_all(&user).expect("user folder");
+    std::fs::write(user.join("sitecustomize.py"), "raise NameError('boom')\n").expect("file");
+    let user_path = user.to_str().expect("utf-8 path");
+    let run = run_script(
+        &scratch,
+        &python,
+        &script,
+        &[],
+        &[("PYTHONPATH", user_path)],
+    );
+    assert_success(&run.outcome, "the script under memwarden");
+    let mut bare = std::process::Command::new(&python);
+    bare.arg(script.arg())
+        .env("PYTHONPATH", user_path)
+        .current_dir(scratch.path());
+    let bare = run_watched(bare, None, WATCHDOG, &scratch);
+    assert_eq!(
+        bare.stderr_text(),
+        "Error in sitecustomize; set PYTHONVERBOSE for traceback:\nNameError: boom\n"
+    );
+    assert_eq!(
+        target_stderr(&run.outcome.stderr_text()),
+        bare.stderr_text()
+    );
+    assert_eq!(
+        value(&run.outcome.stdout_text(), "main"),
+        ["memwarden"],
+        "the handler is installed all the same"
+    );
+}
