@@ -32,6 +32,7 @@ mod hooks_dl;
 mod hooks_exports;
 mod hooks_guarded;
 mod hooks_mmap;
+mod hooks_thread;
 mod injection;
 mod libc_alloc;
 mod lifecycle;

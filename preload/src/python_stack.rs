@@ -21,6 +21,7 @@ use crate::python_layout::{
 };
 use crate::python_runtime::{self, PythonRuntime};
 use crate::recorder::Recorder;
+use crate::thread_state::Guard;
 
 const MAX_DEPTH: usize = MAX_DEPTH_LIMIT as usize;
 /// Frames followed at most along one chain (a bound should the chain ever be corrupt).
@@ -88,15 +89,25 @@ impl Merged {
 /// The stack to record for an allocation whose native stack is `native`: with the thread's
 /// Python frames put in, and `marker` (if any) as frame 0.
 #[inline]
-pub fn with_python_frames(recorder: &Recorder, native: u32, marker: Option<u64>) -> u32 {
+pub fn with_python_frames(
+    recorder: &Recorder,
+    guard: &Guard,
+    native: u32,
+    marker: Option<u64>,
+) -> u32 {
     let runtime = python_runtime::runtime();
     let mut python = PythonFrames::new();
     if let Some(runtime) = runtime {
         // SAFETY: the calling thread reads its own thread state.
         unsafe { read_frames(runtime, recorder, &mut python) };
     }
-    if python.count == 0 && marker.is_none() {
-        return native;
+    if python.count == 0 {
+        if let Some(creator) = guard.thread_creator() {
+            return started_by(recorder, native, marker, creator);
+        }
+        if marker.is_none() {
+            return native;
+        }
     }
     let mut merged = Merged {
         words: [0; MAX_DEPTH],
@@ -152,6 +163,29 @@ pub fn with_python_frames(recorder: &Recorder, native: u32, marker: Option<u64>)
         group += 1;
     }
     recorder.intern(&merged.words[..outermost_python])
+}
+
+/// The stack of a thread without Python frames that Python code started: its own frames up
+/// to memwarden's thread launcher, then the stack that started it.
+fn started_by(recorder: &Recorder, native: u32, marker: Option<u64>, creator: u32) -> u32 {
+    let mut merged = Merged {
+        words: [0; MAX_DEPTH],
+        used: 0,
+    };
+    if let Some(marker) = marker {
+        merged.push(marker);
+    }
+    let own = crate::snapshot::snapshot();
+    for &frame in recorder.frames_of(native) {
+        if own.is_some_and(|snapshot| snapshot.is_own(frame)) {
+            break;
+        }
+        merged.push(frame);
+    }
+    for &frame in recorder.frames_of(creator) {
+        merged.push(frame);
+    }
+    recorder.intern(&merged.words[..merged.used])
 }
 
 /// Reads the calling thread's frame chain into `out`.

@@ -63,7 +63,7 @@ impl Recorder {
             return native;
         }
         let marker = (caller.marker != 0).then_some(caller.marker);
-        let stack = python_stack::with_python_frames(self, native, marker);
+        let stack = python_stack::with_python_frames(self, guard, native, marker);
         if caller.marker == NUMPY_DATA {
             self.set_category(stack, category::NUMPY);
         }

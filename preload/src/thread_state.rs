@@ -10,6 +10,7 @@ extern "C" {
 const SLOT_BUSY: usize = 0;
 const SLOT_UNWIND_CACHE: usize = 1;
 const SLOT_STACK_TOP: usize = 2;
+const SLOT_THREAD_CREATOR: usize = 3;
 
 /// Proof that the calling thread is inside a hook and not yet recording: recording
 /// functions take `&Guard`, so an unguarded (reentrant) path cannot call them.
@@ -50,6 +51,19 @@ impl Guard {
     /// The thread's unwind-cache slot (a pointer, 0 until the cache is made).
     pub fn unwind_cache_slot(&self) -> *mut u64 {
         self.slot(SLOT_UNWIND_CACHE)
+    }
+
+    /// The stack that created this thread, when Python code did (see `hooks_thread`).
+    pub fn thread_creator(&self) -> Option<u32> {
+        // SAFETY: this thread's own slot.
+        let stored = unsafe { *self.slot(SLOT_THREAD_CREATOR) };
+        stored.checked_sub(1).map(|stack| stack as u32)
+    }
+
+    /// Records the stack that created this thread.
+    pub fn set_thread_creator(&self, stack: u32) {
+        // SAFETY: this thread's own slot.
+        unsafe { *self.slot(SLOT_THREAD_CREATOR) = u64::from(stack) + 1 };
     }
 
     /// One past the highest address of this thread's stack, 0 if unknown.
