@@ -8,6 +8,7 @@ use memwarden_abi::{at_peak, peak_bytes};
 use serde::{Deserialize, Serialize};
 
 use crate::profile::{Profile, Stack};
+use crate::python::{stack_category, Category, NumpyFigures};
 use crate::Exit;
 
 /// Where a process's exit status comes from.
@@ -52,6 +53,8 @@ pub struct StackFigures<'p> {
     pub allocations: u64,
     /// Blocks freed.
     pub frees: u64,
+    /// What its blocks are (set by [`process_peak`]; `native` from [`StackFigures::new`]).
+    pub category: Category,
 }
 
 impl<'p> StackFigures<'p> {
@@ -69,6 +72,7 @@ impl<'p> StackFigures<'p> {
             allocated_bytes: r.allocated_bytes,
             allocations: r.allocations,
             frees: r.frees,
+            category: Category::Native,
         }
     }
 
@@ -119,6 +123,8 @@ pub struct Process<'p> {
     pub not_freed_blocks: u64,
     /// Sums over its stacks.
     pub totals: Totals,
+    /// Its NumPy array data: sums over its `numpy` stacks.
+    pub numpy: NumpyFigures,
     /// Stacks with any non-zero figure, by bytes at the peak then bytes allocated.
     pub stacks: Vec<StackFigures<'p>>,
 }
@@ -129,7 +135,10 @@ pub fn process_peak<'p>(profile: &'p Profile) -> (Peak, Vec<StackFigures<'p>>) {
     let stacks: Vec<_> = profile
         .stacks
         .iter()
-        .map(|s| StackFigures::new(s, live, committed))
+        .map(|s| StackFigures {
+            category: stack_category(profile, s),
+            ..StackFigures::new(s, live, committed)
+        })
         .collect();
     let time_ns = if live > committed {
         profile.rise_time_ns
@@ -191,6 +200,7 @@ pub fn analyze<'p>(profiles: &'p [Profile], reaped: &BTreeMap<u32, Exit>) -> Vec
                 allocations: stacks.iter().map(|s| s.allocations).sum(),
                 frees: stacks.iter().map(|s| s.frees).sum(),
             };
+            let numpy = numpy_figures(&stacks);
             Process {
                 profile,
                 exit,
@@ -201,10 +211,22 @@ pub fn analyze<'p>(profiles: &'p [Profile], reaped: &BTreeMap<u32, Exit>) -> Vec
                 not_freed_bytes: stacks.iter().map(|s| s.live_bytes).sum(),
                 not_freed_blocks: stacks.iter().map(|s| s.live_blocks).sum(),
                 totals,
+                numpy,
                 stacks,
             }
         })
         .collect()
+}
+
+/// The NumPy array figures: sums over the `numpy` stacks.
+pub fn numpy_figures(stacks: &[StackFigures]) -> NumpyFigures {
+    let numpy = || stacks.iter().filter(|s| s.category == Category::Numpy);
+    NumpyFigures {
+        peak_bytes: numpy().map(|s| s.at_peak_bytes).sum(),
+        peak_blocks: numpy().map(|s| s.at_peak_blocks).sum(),
+        not_freed_bytes: numpy().map(|s| s.live_bytes).sum(),
+        not_freed_blocks: numpy().map(|s| s.live_blocks).sum(),
+    }
 }
 
 #[cfg(test)]

@@ -8,7 +8,8 @@
 //!   whole output folder ([`profile::load_dir`]);
 //! - [`run_record`] is the CLI's own `run.json` (command, reaped exit statuses);
 //! - [`analysis`] applies the peak rule, infers exec replacement and settles exit statuses;
-//! - [`symbolize`] turns return addresses into functions, files and lines;
+//!   [`python`] tells each stack's category (NumPy array data, interpreter objects, native);
+//! - [`symbolize`] turns return addresses and Python frames into functions, files and lines;
 //! - [`report`] renders `report.json`, the collapsed stacks, the flame graphs and the
 //!   summary the CLI prints.
 //!
@@ -25,6 +26,7 @@ pub mod analysis;
 mod error;
 mod exit;
 pub mod profile;
+pub mod python;
 pub mod report;
 pub mod run_record;
 pub mod symbolize;

@@ -14,6 +14,7 @@ fn frame(function: &str, file: &str, line: u32) -> FrameReport {
         module: Some("/t/mwt_bug".to_owned()),
         address: Some("0x1000".to_owned()),
         inlined: false,
+        kind: crate::report::json::FrameKind::Native,
     }
 }
 

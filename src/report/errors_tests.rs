@@ -56,7 +56,7 @@ fn errors_are_reported_with_their_stacks_mode_and_count() {
     let p = &json["processes"][0];
     let frame = |address: &str| {
         serde_json::json!({"function": null, "file": null, "line": null,
-            "module": "/t/prog", "address": address, "inlined": false})
+            "module": "/t/prog", "address": address, "inlined": false, "kind": "native"})
     };
     assert_eq!(p["guard_mode"], "header");
     assert_eq!(p["error_count"], 3);

@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 
 use super::json::{ProcessReport, Report, StackReport};
+use crate::python::Category;
 
 /// What a flame graph measures.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -14,18 +15,26 @@ pub enum Measure {
     NotFreed,
     /// Bytes allocated over the whole run.
     Allocated,
+    /// Bytes of NumPy array data live at each process's peak.
+    NumpyPeak,
 }
 
 impl Measure {
     /// Every measure, in the order the files are written.
-    pub const ALL: [Measure; 3] = [Measure::Peak, Measure::NotFreed, Measure::Allocated];
+    pub const ALL: [Measure; 4] = [
+        Measure::Peak,
+        Measure::NotFreed,
+        Measure::Allocated,
+        Measure::NumpyPeak,
+    ];
 
-    /// File name without extension: `peak`, `not-freed`, `allocated`.
+    /// File name without extension: `peak`, `not-freed`, `allocated`, `numpy-peak`.
     pub fn file_stem(self) -> &'static str {
         match self {
             Measure::Peak => "peak",
             Measure::NotFreed => "not-freed",
             Measure::Allocated => "allocated",
+            Measure::NumpyPeak => "numpy-peak",
         }
     }
 
@@ -37,6 +46,9 @@ impl Measure {
                 "Not freed at exit: bytes still live when each process ended, by call stack"
             }
             Measure::Allocated => "Allocated: total bytes requested over the run, by call stack",
+            Measure::NumpyPeak => {
+                "NumPy arrays at the peak: bytes of array data live at the peak, by call stack"
+            }
         }
     }
 
@@ -46,6 +58,7 @@ impl Measure {
             Measure::Peak => "No heap bytes were live at any peak: nothing to draw.",
             Measure::NotFreed => "Every byte was freed before exit: nothing to draw.",
             Measure::Allocated => "Nothing was allocated: nothing to draw.",
+            Measure::NumpyPeak => "No NumPy array data was live at any peak: nothing to draw.",
         }
     }
 
@@ -55,6 +68,8 @@ impl Measure {
             Measure::Peak => stack.at_peak_bytes,
             Measure::NotFreed => stack.live_bytes,
             Measure::Allocated => stack.allocated_bytes,
+            Measure::NumpyPeak if stack.category == Category::Numpy => stack.at_peak_bytes,
+            Measure::NumpyPeak => 0,
         }
     }
 
@@ -64,6 +79,7 @@ impl Measure {
             Measure::Peak => process.peak_bytes,
             Measure::NotFreed => process.not_freed_bytes,
             Measure::Allocated => process.totals.allocated_bytes,
+            Measure::NumpyPeak => process.numpy.peak_bytes,
         }
     }
 }

@@ -1,10 +1,14 @@
-//! Report stage: the frames a stack shows — symbolized, inline levels expanded, minus the
-//! profiler's own frames and the C start-up code above `main`, which every stack of the
-//! main thread would otherwise repeat.
+//! Report stage: the frames a stack shows — symbolized, inline levels expanded, Python
+//! frames as `file:line (function)` — minus what every stack would repeat: the profiler's
+//! own frames, the C start-up code above `main`, and in Python stacks the interpreter's
+//! frames above the innermost Python frame and everything above the outermost one.
+
+use memwarden_abi::python::{self, FrameWord};
 
 use super::json::{file_name, FrameReport};
 use crate::profile::Profile;
-use crate::symbolize::{Frame, Symbolizer};
+use crate::python::{is_interpreter, module_of_word};
+use crate::symbolize::{Frame, FrameKind, Symbolizer};
 
 /// Frames in a module whose file name starts so are the profiler's own (its wrapper
 /// around `main`, say).
@@ -12,35 +16,60 @@ const PROFILER_MODULE_PREFIX: &str = "libmemwarden";
 /// The function after which (outwards) only C start-up code follows.
 const ENTRY_FUNCTION: &str = "main";
 
-/// The frames of the return `addresses` of one stack of `profile`, innermost first.
+/// The frames of the frame words of one stack of `profile`, innermost first.
 pub(crate) fn shown_frames(
     profile: &Profile,
-    addresses: &[u64],
+    words: &[u64],
     symbolizer: &mut Symbolizer,
 ) -> Vec<FrameReport> {
-    shown(profile, addresses, false, symbolizer)
+    shown(profile, words, false, symbolizer)
 }
 
-/// The frames of a crash stack: like [`shown_frames`], but `addresses[0]` is the faulting
+/// The frames of a crash stack: like [`shown_frames`], but `words[0]` is the faulting
 /// instruction's address, not a return address.
 pub(crate) fn shown_crash_frames(
     profile: &Profile,
-    addresses: &[u64],
+    words: &[u64],
     symbolizer: &mut Symbolizer,
 ) -> Vec<FrameReport> {
-    shown(profile, addresses, true, symbolizer)
+    shown(profile, words, true, symbolizer)
+}
+
+fn is_python(word: u64) -> bool {
+    matches!(python::decode(word), FrameWord::Python { .. })
 }
 
 fn shown(
     profile: &Profile,
-    addresses: &[u64],
+    words: &[u64],
     first_is_instruction: bool,
     symbolizer: &mut Symbolizer,
 ) -> Vec<FrameReport> {
+    let innermost_python = words.iter().position(|&w| is_python(w));
+    // The outermost Python frame (the script's `<module>`, a thread's bootstrap) is the
+    // root: outside it only the interpreter's start-up or a thread's start remain.
+    let root = words.iter().rposition(|&w| is_python(w));
+    let words = &words[..root.map_or(words.len(), |r| r + 1)];
     // Symbolized innermost first, and no further than `main`: the start-up code above it is
     // cut anyway, and symbolizing it would load libc's debug information for nothing.
     let mut frames = Vec::new();
-    for (index, &address) in addresses.iter().enumerate() {
+    for (index, &word) in words.iter().enumerate() {
+        let address = match python::decode(word) {
+            FrameWord::Marker(_) => continue,
+            FrameWord::Python {
+                code,
+                value,
+                line_resolved,
+            } => {
+                frames.push(symbolizer.python_frame(profile, code, value, line_resolved));
+                continue;
+            }
+            FrameWord::Native(address) => address,
+        };
+        let above_python = innermost_python.is_some_and(|innermost| index > innermost);
+        if above_python && module_of_word(profile, word).is_some_and(is_interpreter) {
+            continue;
+        }
         let symbolized = if index == 0 && first_is_instruction {
             symbolizer.instruction_frames(profile, address)
         } else {
@@ -52,22 +81,27 @@ fn shown(
             break;
         }
     }
-    trim(frames)
-        .into_iter()
-        .map(|f| FrameReport {
-            function: f.function,
-            file: f.file,
-            line: f.line,
-            module: f.module,
-            address: Some(format!("{:#x}", f.address)),
-            inlined: f.inlined,
-        })
-        .collect()
+    trim(frames).into_iter().map(report_frame).collect()
 }
 
-/// The program's own `main` (not an inlined copy): the outermost frame worth showing.
+fn report_frame(f: Frame) -> FrameReport {
+    FrameReport {
+        function: f.function,
+        file: f.file,
+        line: f.line,
+        module: f.module,
+        address: (f.kind == FrameKind::Native).then(|| format!("{:#x}", f.address)),
+        inlined: f.inlined,
+        kind: f.kind,
+    }
+}
+
+/// The program's own `main` (not an inlined copy, not a Python function): the outermost
+/// frame worth showing.
 fn is_entry(frame: &Frame) -> bool {
-    !frame.inlined && frame.function.as_deref() == Some(ENTRY_FUNCTION)
+    frame.kind == FrameKind::Native
+        && !frame.inlined
+        && frame.function.as_deref() == Some(ENTRY_FUNCTION)
 }
 
 /// Drops the profiler's frames, and every frame outside the first (innermost) `main`.
@@ -98,6 +132,7 @@ mod tests {
             module: Some(module.to_owned()),
             address: 0x1000,
             inlined: false,
+            kind: FrameKind::Native,
         }
     }
 
@@ -139,5 +174,123 @@ mod tests {
             frame("_start", "/t/prog"),
         ];
         assert_eq!(functions(&trim(frames)), ["main", "outer", "main"]);
+    }
+
+    mod python_stacks {
+        use memwarden_abi::python::{python_frame, NUMPY_DATA};
+        use memwarden_abi::MODULE_MAIN;
+
+        use super::super::*;
+        use crate::profile::synthetic::{
+            stack_record, ProfileBuilder, SyntheticCode, SyntheticModule,
+        };
+
+        const PYTHON: u64 = 0x1000_0000;
+        const LIBPYTHON: u64 = 0x2000_0000;
+        const LIBC: u64 = 0x3000_0000;
+        const NUMPY: u64 = 0x5000_0000;
+
+        fn module(path: &str, start: u64, flags: u32) -> SyntheticModule {
+            SyntheticModule {
+                path: path.into(),
+                base: start,
+                start,
+                end: start + 0x1000,
+                flags,
+                build_id: Vec::new(),
+            }
+        }
+
+        fn code(qualname: &str) -> SyntheticCode {
+            SyntheticCode {
+                filename: "/work/script.py".into(),
+                name: qualname.into(),
+                qualname: qualname.into(),
+                first_line: 1,
+                line_table: vec![],
+            }
+        }
+
+        /// The labels of the frames shown for `words` in a `python3` process.
+        fn labels(words: &[u64]) -> Vec<String> {
+            let profile = ProfileBuilder::new(1)
+                .module(module("/usr/bin/python3.11", PYTHON, MODULE_MAIN))
+                .module(module("/usr/lib/libpython3.11.so.1.0", LIBPYTHON, 0))
+                .module(module("/lib/libc.so.6", LIBC, 0))
+                .module(module("/np/_multiarray_umath.so", NUMPY, 0))
+                .python_code(code("make"))
+                .python_code(code("main"))
+                .python_code(code("<module>"))
+                .stack(words, stack_record())
+                .build_profile();
+            shown_frames(&profile, words, &mut Symbolizer::new())
+                .iter()
+                .map(FrameReport::label)
+                .collect()
+        }
+
+        #[test]
+        fn the_interpreter_is_hidden_above_the_innermost_python_frame_only() {
+            let words = [
+                NUMPY_DATA,
+                LIBPYTHON + 0x10, // the allocator, below the Python frames: kept
+                python_frame(0, 5, true),
+                LIBPYTHON + 0x20, // _PyEval_EvalFrameDefault: hidden
+                NUMPY + 0x30,     // NumPy's C code between Python frames: kept
+                PYTHON + 0x40,    // the interpreter as the main executable: hidden
+                python_frame(1, 9, true),
+                python_frame(2, 12, true),
+                PYTHON + 0x50, // Py_RunMain, main: above the root
+                LIBC + 0x60,   // __libc_start_main: above the root
+            ];
+            assert_eq!(
+                labels(&words),
+                [
+                    "0x20000010 [libpython3.11.so.1.0]",
+                    "script.py:5 (make)",
+                    "0x50000030 [_multiarray_umath.so]",
+                    "script.py:9 (main)",
+                    "script.py:12 (<module>)",
+                ]
+            );
+        }
+
+        #[test]
+        fn without_python_frames_the_interpreter_is_shown() {
+            let words = [LIBPYTHON + 0x10, PYTHON + 0x40, LIBC + 0x60];
+            assert_eq!(
+                labels(&words),
+                [
+                    "0x20000010 [libpython3.11.so.1.0]",
+                    "0x10000040 [python3.11]",
+                    "0x30000060 [libc.so.6]",
+                ]
+            );
+        }
+
+        #[test]
+        fn python_frames_have_no_address_and_their_own_kind() {
+            let profile = ProfileBuilder::new(1)
+                .python_code(code("make"))
+                .stack(&[python_frame(0, 5, true)], stack_record())
+                .build_profile();
+            let frames = shown_frames(
+                &profile,
+                &[python_frame(0, 5, true)],
+                &mut Symbolizer::new(),
+            );
+            assert_eq!(
+                frames,
+                [FrameReport {
+                    function: Some("make".into()),
+                    file: Some("/work/script.py".into()),
+                    line: Some(5),
+                    module: None,
+                    address: None,
+                    inlined: false,
+                    kind: FrameKind::Python,
+                }]
+            );
+        }
     }
 }

@@ -74,20 +74,22 @@ fn a_folder_becomes_a_report_files_and_a_summary() {
     let dir = tempfile::tempdir().unwrap();
     write_run(dir.path());
     let done = generate(dir.path(), &Options::default()).unwrap();
-    assert_eq!(done.files.len(), 7);
+    assert_eq!(done.files.len(), 9);
     for name in [
         "report.json",
         "peak.svg",
         "peak.folded",
         "not-freed.svg",
         "allocated.folded",
+        "numpy-peak.svg",
+        "numpy-peak.folded",
     ] {
         assert!(dir.path().join(name).is_file(), "{name}");
     }
 
     let json: serde_json::Value =
         serde_json::from_str(&fs::read_to_string(dir.path().join("report.json")).unwrap()).unwrap();
-    assert_eq!(json["format_version"], 3);
+    assert_eq!(json["format_version"], 4);
     assert_eq!(json["command"], serde_json::json!(["sh", "-c", "prog a"]));
     let processes = json["processes"].as_array().unwrap();
     let summary: Vec<_> = processes
@@ -138,8 +140,8 @@ fn a_folder_becomes_a_report_files_and_a_summary() {
     assert_eq!(
         prog["stacks"][1]["frames"],
         serde_json::json!([
-            {"function": null, "file": null, "line": null, "module": null, "address": "0x6000", "inlined": false},
-            {"function": null, "file": null, "line": null, "module": null, "address": "0x7000", "inlined": false},
+            {"function": null, "file": null, "line": null, "module": null, "address": "0x6000", "inlined": false, "kind": "native"},
+            {"function": null, "file": null, "line": null, "module": null, "address": "0x7000", "inlined": false, "kind": "native"},
         ])
     );
     assert_eq!(processes[0]["stacks"], serde_json::json!([]));
@@ -283,7 +285,7 @@ fn injected_failures_and_the_crash_are_reported_with_their_stacks() {
     };
     let frame = |address: &str| {
         serde_json::json!({"function": null, "file": null, "line": null,
-            "module": "/t/prog", "address": address, "inlined": false})
+            "module": "/t/prog", "address": address, "inlined": false, "kind": "native"})
     };
     assert_eq!(p["injected_failure_count"], 7);
     assert_eq!(
@@ -295,7 +297,8 @@ fn injected_failures_and_the_crash_are_reported_with_their_stacks() {
             {"seq": 2, "call": 3, "function": "operator new[]", "size": 1048576, "rule": 2,
              "time_ms": 2.5, "stack_id": 0, "site": null,
              "frames": [{"function": "[unknown stack]", "file": null, "line": null,
-                         "module": null, "address": null, "inlined": false}], "pid": 300},
+                         "module": null, "address": null, "inlined": false, "kind": "native"}],
+             "pid": 300},
         ])
     );
     // Frame 0 of a crash is the faulting instruction: 0x5000 is inside the module (as a

@@ -8,11 +8,14 @@ use super::errors::ErrorReport;
 use super::failures::{CrashReport, FailureReport};
 use super::{errors, failures, frames, site};
 use crate::analysis::{ExitSource, Process, StackFigures, Totals};
+use crate::profile::python_version_text;
+use crate::python::{Category, NumpyFigures};
+pub use crate::symbolize::FrameKind;
 use crate::symbolize::Symbolizer;
 use crate::Exit;
 
 /// Version of the `report.json` format.
-pub const REPORT_FORMAT_VERSION: u32 = 3;
+pub const REPORT_FORMAT_VERSION: u32 = 4;
 
 /// Function name given to the single frame of the reserved unknown stack.
 pub const UNKNOWN_STACK_LABEL: &str = "[unknown stack]";
@@ -87,6 +90,12 @@ pub struct ProcessReport {
     pub errors: Vec<ErrorReport>,
     /// Heap errors found, stored or not.
     pub error_count: u64,
+    /// The Python runtime found in the process (`3.11.7`), or null.
+    #[serde(default)]
+    pub python_version: Option<String>,
+    /// NumPy array data: sums over the stacks of category `numpy`.
+    #[serde(default)]
+    pub numpy: NumpyFigures,
     /// Stacks, by bytes at the peak, then bytes allocated.
     pub stacks: Vec<StackReport>,
 }
@@ -107,6 +116,9 @@ pub struct StackReport {
     pub id: u32,
     /// The call-site key (16 hex digits), as `--fail site=` takes it; null for stack 0.
     pub site: Option<String>,
+    /// What its blocks are: `numpy` array data, `python` interpreter objects, `native`.
+    #[serde(default)]
+    pub category: Category,
     /// Frames, innermost first, one per inline level.
     pub frames: Vec<FrameReport>,
     /// Bytes live at the process's peak.
@@ -130,24 +142,33 @@ pub struct StackReport {
 /// One frame.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FrameReport {
-    /// Demangled function name.
+    /// Demangled function name; for a Python frame, the code's qualified name.
     pub function: Option<String>,
-    /// Source file.
+    /// Source file; for a Python frame, the code's file name as Python knew it.
     pub file: Option<String>,
-    /// Source line.
+    /// Source line; for a Python frame, the line executing.
     pub line: Option<u32>,
-    /// Path of the module (`[vdso]` for the vDSO).
+    /// Path of the module (`[vdso]` for the vDSO); null for a Python frame.
     pub module: Option<String>,
-    /// The return address as recorded, `0x…`.
+    /// The return address as recorded, `0x…`; null for a Python frame.
     pub address: Option<String>,
     /// Inlined into the next frame.
     pub inlined: bool,
+    /// `native` or `python`.
+    #[serde(default)]
+    pub kind: FrameKind,
 }
+
+/// The label of a Python frame whose code is unknown (not yet published when the run ended).
+pub const UNKNOWN_PYTHON_FRAME_LABEL: &str = "[unknown Python frame]";
 
 impl FrameReport {
     /// `function (file:line)`, `function [module]`, or `0x… [module]`, with file and
-    /// module shown by their file names.
+    /// module shown by their file names; a Python frame reads `file:line (function)`.
     pub fn label(&self) -> String {
+        if self.kind == FrameKind::Python {
+            return self.python_label();
+        }
         let file = self.file.as_deref().map(file_name);
         let module = self.module.as_deref().map(file_name);
         let head = match (&self.function, &self.address) {
@@ -162,6 +183,19 @@ impl FrameReport {
             (Some(file), None, _) if self.function.is_some() => format!("{head} ({file})"),
             (_, _, Some(module)) => format!("{head} [{module}]"),
             _ => head,
+        }
+    }
+}
+
+impl FrameReport {
+    /// `script.py:5 (make)`, `script.py (make)` without a line.
+    fn python_label(&self) -> String {
+        let file = self.file.as_deref().map(file_name);
+        let function = self.function.as_deref().unwrap_or("?");
+        match (file, self.line) {
+            (Some(file), Some(line)) => format!("{file}:{line} ({function})"),
+            (Some(file), None) => format!("{file} ({function})"),
+            (None, _) => UNKNOWN_PYTHON_FRAME_LABEL.to_owned(),
         }
     }
 }
@@ -219,6 +253,8 @@ fn process(p: &Process, symbolizer: &mut Symbolizer) -> ProcessReport {
         guard_mode: crate::profile::guard_mode_name(profile.guard_mode).to_owned(),
         errors: errors::errors(profile, symbolizer),
         error_count: profile.error_count,
+        python_version: python_version_text(profile.python_version),
+        numpy: p.numpy,
         stacks: p.stacks.iter().map(|s| stack(p, s, symbolizer)).collect(),
     }
 }
@@ -245,6 +281,7 @@ pub(crate) fn unknown_stack_frames() -> Vec<FrameReport> {
         module: None,
         address: None,
         inlined: false,
+        kind: FrameKind::Native,
     }]
 }
 
@@ -260,6 +297,7 @@ fn stack(p: &Process, s: &StackFigures, symbolizer: &mut Symbolizer) -> StackRep
     StackReport {
         id: s.stack.id,
         site,
+        category: s.category,
         frames,
         at_peak_bytes: s.at_peak_bytes,
         at_peak_blocks: s.at_peak_blocks,
@@ -289,6 +327,7 @@ mod tests {
             module: module.map(Into::into),
             address: Some("0x1234".into()),
             inlined: false,
+            kind: FrameKind::Native,
         }
     }
 

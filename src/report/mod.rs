@@ -89,9 +89,14 @@ pub fn generate(dir: &Path, options: &Options) -> Result<Generated, Error> {
         let more = warnings.len() - MAX_WARNINGS_SHOWN;
         footer.push(format!("note: … and {more} more modules without symbols"));
     }
+    let numpy = report
+        .processes
+        .iter()
+        .any(|p| p.numpy.peak_bytes > 0 || p.numpy.not_freed_bytes > 0);
     footer.push(format!(
-        "memwarden: report written to {}: {REPORT_FILE}, peak.svg, not-freed.svg, allocated.svg (and .folded)",
-        dir.display()
+        "memwarden: report written to {}: {REPORT_FILE}, peak.svg, not-freed.svg, allocated.svg{} (and .folded)",
+        dir.display(),
+        if numpy { ", numpy-peak.svg" } else { "" }
     ));
     let style = text::Style {
         top: options.top,
@@ -105,7 +110,8 @@ pub fn generate(dir: &Path, options: &Options) -> Result<Generated, Error> {
     })
 }
 
-/// Writes `report.json` and, per measure, `<measure>.folded` and `<measure>.svg`.
+/// Writes `report.json` and, per measure, `<measure>.folded` and `<measure>.svg` (the
+/// NumPy one too when there is no NumPy data: it then says so).
 pub fn write_files(dir: &Path, report: &Report) -> Result<Vec<PathBuf>, Error> {
     let json_path = dir.join(REPORT_FILE);
     write_file(&json_path, |out| {
@@ -156,3 +162,7 @@ pub(crate) mod test_report;
 #[cfg(test)]
 #[path = "generate_tests.rs"]
 mod generate_tests;
+
+#[cfg(test)]
+#[path = "python_report_tests.rs"]
+mod python_report_tests;

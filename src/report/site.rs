@@ -3,20 +3,26 @@
 //! the raw frames exactly as the preload computes it at run time
 //! (`memwarden_faults::site_key`), so the key of a report matches the preload's.
 
+use memwarden_abi::python::{self, FrameWord};
+
 use crate::profile::Profile;
 
-/// The key of the stack with these return addresses (innermost first), as 16 lowercase
-/// hex digits. Each frame is keyed by the module holding the call (the byte before the
-/// return address, as symbolization looks it up): that module's file name, and the return
-/// address minus its load bias; a frame in no module by an empty name and the address.
+/// The key of the stack with these frame words (innermost first), as 16 lowercase hex
+/// digits. Only return addresses count: Python frames and markers are left out. Each is
+/// keyed by the module holding the call (the byte before the return address, as
+/// symbolization looks it up): that module's file name, and the return address minus its
+/// load bias; a frame in no module by an empty name and the address.
 pub(crate) fn site_hex(profile: &Profile, frames: &[u64]) -> String {
-    let mut parts =
-        frames.iter().map(
-            |&address| match profile.module_at(address.wrapping_sub(1)) {
-                Some(module) => (module.path.as_bytes(), address.wrapping_sub(module.base)),
-                None => (&[][..], address),
-            },
-        );
+    let native = frames
+        .iter()
+        .filter_map(|&word| match python::decode(word) {
+            FrameWord::Native(address) => Some(address),
+            _ => None,
+        });
+    let mut parts = native.map(|address| match profile.module_at(address.wrapping_sub(1)) {
+        Some(module) => (module.path.as_bytes(), address.wrapping_sub(module.base)),
+        None => (&[][..], address),
+    });
     format!("{:016x}", memwarden_faults::site_key(&mut parts))
 }
 

@@ -1,7 +1,8 @@
 //! Report models built by hand for the renderers' tests.
 
-use super::json::{Contention, FrameReport, ProcessReport, StackReport};
+use super::json::{Contention, FrameKind, FrameReport, ProcessReport, StackReport};
 use crate::analysis::Totals;
+use crate::python::{Category, NumpyFigures};
 
 /// A process with no stacks and zero figures.
 pub(crate) fn process_report(pid: u32, argv: &[&str]) -> ProcessReport {
@@ -37,6 +38,8 @@ pub(crate) fn process_report(pid: u32, argv: &[&str]) -> ProcessReport {
         guard_mode: "none".to_owned(),
         errors: Vec::new(),
         error_count: 0,
+        python_version: None,
+        numpy: NumpyFigures::default(),
         stacks: Vec::new(),
     }
 }
@@ -50,6 +53,7 @@ pub(crate) fn function_frame(function: &str) -> FrameReport {
         module: None,
         address: Some("0x1000".to_owned()),
         inlined: false,
+        kind: FrameKind::Native,
     }
 }
 
@@ -65,6 +69,7 @@ pub(crate) fn stack_report(
     StackReport {
         id,
         site: Some(format!("{id:016x}")),
+        category: Category::Native,
         frames: functions.iter().map(|f| function_frame(f)).collect(),
         at_peak_bytes: at_peak,
         at_peak_blocks: at_peak / 8,

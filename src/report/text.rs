@@ -1,11 +1,11 @@
 //! Report stage: the short summary the CLI prints on stderr after the run — per process
-//! its exit, peak, top stacks at the peak, totals, leaks, injected failures, crash, flags
-//! and guard mode, then its heap errors (`error_text`).
+//! its exit, peak, NumPy array data, top stacks at the peak, totals, leaks, injected
+//! failures, crash, flags and guard mode, then its heap errors (`error_text`).
 
 use std::fmt::Write;
 
 use super::error_text::{guard_line, total_line, write_errors};
-use super::json::{FrameReport, ProcessReport, Report, StackReport};
+use super::json::{FrameKind, FrameReport, ProcessReport, Report, StackReport};
 
 /// Processes shown in full; more are summed up in one line (report.json has them all).
 pub const MAX_PROCESSES_SHOWN: usize = 12;
@@ -130,6 +130,16 @@ fn write_process(out: &mut String, p: &ProcessReport, style: &Style) {
         group(p.peak_blocks),
         p.peak_time_ms
     );
+    if p.numpy.peak_bytes > 0 || p.numpy.not_freed_bytes > 0 {
+        let _ = writeln!(
+            out,
+            "  numpy        {} of array data at the peak in {} array{}; {} not freed",
+            bytes(p.numpy.peak_bytes),
+            group(p.numpy.peak_blocks),
+            if p.numpy.peak_blocks == 1 { "" } else { "s" },
+            bytes(p.numpy.not_freed_bytes)
+        );
+    }
     let top: Vec<&StackReport> = p
         .stacks
         .iter()
@@ -274,11 +284,13 @@ pub fn chain(frames: &[FrameReport]) -> String {
     chain_of(frames, CHAIN_FRAMES)
 }
 
-/// Like [`chain`], with at most `count` frames.
+/// Like [`chain`], with at most `count` frames. A stack with Python frames starts at the
+/// innermost one: the Python line that allocated says more than the C code beneath it.
 pub(crate) fn chain_of(frames: &[FrameReport], count: usize) -> String {
     let first_meaningful = frames
         .iter()
-        .position(|f| !is_allocator_frame(f))
+        .position(|f| f.kind == FrameKind::Python)
+        .or_else(|| frames.iter().position(|f| !is_allocator_frame(f)))
         .unwrap_or(0);
     let labels: Vec<String> = frames[first_meaningful..]
         .iter()

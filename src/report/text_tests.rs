@@ -215,3 +215,60 @@ fn injected_failures_are_counted_by_rule_and_the_crash_is_placed() {
     );
     assert!(!quiet.contains("injected") && !quiet.contains("crashed"));
 }
+
+fn python_frame(file: &str, line: u32, function: &str) -> FrameReport {
+    FrameReport {
+        function: Some(function.to_owned()),
+        file: Some(file.to_owned()),
+        line: Some(line),
+        module: None,
+        address: None,
+        inlined: false,
+        kind: FrameKind::Python,
+    }
+}
+
+#[test]
+fn numpy_data_gets_its_line_and_python_stacks_start_at_their_innermost_python_frame() {
+    let mut p = process_report(7, &["python3", "script.py"]);
+    p.exit = Some(Exit::Code(0));
+    (p.peak_bytes, p.peak_blocks) = (8_000_100, 2);
+    p.numpy.peak_bytes = 8_000_000;
+    p.numpy.peak_blocks = 1;
+    let mut array = stack_report(
+        1,
+        &["PyDataMem_UserNEW", "PyArray_NewFromDescr"],
+        8_000_000,
+        0,
+        8_000_000,
+    );
+    array.frames.extend([
+        python_frame("/work/script.py", 5, "make"),
+        python_frame("/work/script.py", 9, "<module>"),
+    ]);
+    p.stacks = vec![array];
+    let report = Report {
+        format_version: 4,
+        command: vec![],
+        processes: vec![p],
+    };
+    let text = summary(&report, &style(), &[]);
+    assert!(
+        text.contains(
+            "  peak heap    7.6 MiB (8,000,100 bytes) in 2 blocks, at 0.0 ms\n  numpy        7.6 MiB (8,000,000 bytes) of array data at the peak in 1 array; 0 bytes not freed\n  at the peak     7.6 MiB 100.0%  script.py:5 (make) <- script.py:9 (<module>)\n"
+        ),
+        "{text}"
+    );
+}
+
+#[test]
+fn without_numpy_data_there_is_no_numpy_line() {
+    let mut p = process_report(7, &["prog"]);
+    p.stacks = vec![stack_report(1, &["f"], 8, 8, 8)];
+    let report = Report {
+        format_version: 4,
+        command: vec![],
+        processes: vec![p],
+    };
+    assert!(!summary(&report, &style(), &[]).contains("numpy"));
+}

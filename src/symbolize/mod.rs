@@ -1,5 +1,6 @@
 //! Symbolization, between analysis and report: turns a recorded return address into
-//! source-level frames (function, file, line, module), inlined frames expanded.
+//! source-level frames (function, file, line, module), inlined frames expanded, and a
+//! Python frame word into the Python function, file and line it stands for (`python`).
 //!
 //! Frames are return addresses, so `address - 1` is looked up: it lies inside the call
 //! instruction, in the right function and on the right line. A crash's innermost frame is
@@ -8,6 +9,7 @@
 
 mod debug_file;
 mod module;
+mod python;
 pub mod python_lines;
 mod symbol_table;
 
@@ -15,6 +17,7 @@ use std::collections::HashMap;
 use std::rc::Rc;
 
 use module::{Location, ModuleSymbols};
+use serde::{Deserialize, Serialize};
 
 use crate::profile::{Module, Profile};
 
@@ -33,6 +36,19 @@ pub struct Frame {
     pub address: u64,
     /// An inlined call: this frame and the next share one machine frame.
     pub inlined: bool,
+    /// Native code, or a Python function (`address` is then 0 and `module` `None`).
+    pub kind: FrameKind,
+}
+
+/// What a frame is.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FrameKind {
+    /// Machine code: a return address in a module.
+    #[default]
+    Native,
+    /// A Python function, at the line it was executing.
+    Python,
 }
 
 /// A module file and its identity: the same path with another build id is another file.
@@ -44,6 +60,8 @@ pub struct Symbolizer {
     index: HashMap<ModuleKey, usize>,
     modules: Vec<Option<ModuleSymbols>>,
     cache: HashMap<(usize, u64), Rc<[Location]>>,
+    /// Python frames by process image (pid, start time) and frame word.
+    python_cache: HashMap<(u32, u64, u64), Frame>,
     warnings: Vec<String>,
 }
 
@@ -75,6 +93,7 @@ impl Symbolizer {
                 module,
                 address,
                 inlined: false,
+                kind: FrameKind::Native,
             }]
         };
         let Some(module) = profile.module_at(call) else {
@@ -102,8 +121,25 @@ impl Symbolizer {
                 module: name.clone(),
                 address,
                 inlined: l.inlined,
+                kind: FrameKind::Native,
             })
             .collect()
+    }
+
+    /// The frame of a Python frame word of `profile` (code record `code`; `value` is the
+    /// instruction offset in code units, or the line when `line_resolved`).
+    pub fn python_frame(
+        &mut self,
+        profile: &Profile,
+        code: u32,
+        value: u32,
+        line_resolved: bool,
+    ) -> Frame {
+        let word = memwarden_abi::python::python_frame(code, value, line_resolved);
+        self.python_cache
+            .entry((profile.pid, profile.start_monotonic_ns, word))
+            .or_insert_with(|| python::python_frame(profile, code, value, line_resolved))
+            .clone()
     }
 
     /// One line per module whose symbols could not be loaded, saying why.

@@ -98,7 +98,8 @@ fn an_address_outside_every_module_keeps_only_its_address() {
             line: None,
             module: None,
             address: 0x2001,
-            inlined: false
+            inlined: false,
+            kind: FrameKind::Native,
         }]
     );
 }

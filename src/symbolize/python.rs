@@ -1,0 +1,109 @@
+//! Symbolization, Python part: a Python frame word (code record index and instruction
+//! offset) becomes a frame with the code's file, qualified function name and the line that
+//! was executing, decoded from the code's line table (`python_lines`).
+
+use memwarden_abi::python::line_table;
+
+use super::python_lines::line_at;
+use super::{Frame, FrameKind};
+use crate::profile::Profile;
+
+/// The frame of a Python frame word of `profile`: code record `code`, and `value`, the
+/// instruction offset in code units, or the line itself when `line_resolved`. A code
+/// record not published shows as a Python frame with no function and no file.
+pub(crate) fn python_frame(profile: &Profile, code: u32, value: u32, line_resolved: bool) -> Frame {
+    let Some(record) = profile.python_code(code) else {
+        return Frame {
+            function: None,
+            file: None,
+            line: line_resolved.then_some(value),
+            module: None,
+            address: 0,
+            inlined: false,
+            kind: FrameKind::Python,
+        };
+    };
+    let line = match (line_resolved, record.line_table_kind) {
+        (true, _) => Some(value),
+        (false, line_table::LOCATIONS_311) => line_at(&record.line_table, record.first_line, value),
+        (false, _) => None,
+    };
+    Frame {
+        function: Some(record.qualname.clone()),
+        file: Some(record.filename.clone()),
+        line,
+        module: None,
+        address: 0,
+        inlined: false,
+        kind: FrameKind::Python,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use memwarden_abi::python::python_frame as word;
+
+    use super::*;
+    use crate::profile::synthetic::{stack_record, ProfileBuilder, SyntheticCode};
+
+    fn profile() -> Profile {
+        // Line 5 for code unit 0, line 7 for units 1–2 (a one-line entry of delta 2).
+        let table = vec![0x80 | (10 << 3), 0, 0, 0x80 | (12 << 3) | 1, 0, 0];
+        let mut builder = ProfileBuilder::new(1)
+            .python_code(SyntheticCode {
+                filename: "/work/script.py".into(),
+                name: "make".into(),
+                qualname: "Maker.make".into(),
+                first_line: 5,
+                line_table: table,
+            })
+            .python_code(SyntheticCode {
+                filename: "old.py".into(),
+                name: "f".into(),
+                qualname: "f".into(),
+                first_line: 1,
+                line_table: vec![],
+            })
+            .python_code(SyntheticCode::default());
+        builder.codes[2].published = 0;
+        builder
+            .stack(&[word(0, 0, false)], stack_record())
+            .build_profile()
+    }
+
+    fn summary(frame: &Frame) -> (Option<&str>, Option<&str>, Option<u32>) {
+        (frame.function.as_deref(), frame.file.as_deref(), frame.line)
+    }
+
+    #[test]
+    fn offsets_become_lines_through_the_line_table() {
+        let profile = profile();
+        let frame = python_frame(&profile, 0, 0, false);
+        assert_eq!(
+            summary(&frame),
+            (Some("Maker.make"), Some("/work/script.py"), Some(5))
+        );
+        assert_eq!(
+            (frame.kind, frame.module.as_deref()),
+            (FrameKind::Python, None)
+        );
+        assert_eq!(python_frame(&profile, 0, 2, false).line, Some(7));
+        assert_eq!(python_frame(&profile, 0, 3, false).line, None);
+    }
+
+    #[test]
+    fn resolved_lines_are_kept_and_codes_without_tables_have_no_line() {
+        let profile = profile();
+        assert_eq!(python_frame(&profile, 0, 42, true).line, Some(42));
+        assert_eq!(python_frame(&profile, 1, 3, true).line, Some(3));
+        assert_eq!(python_frame(&profile, 1, 3, false).line, None);
+    }
+
+    #[test]
+    fn unpublished_codes_are_unknown_python_frames() {
+        let profile = profile();
+        let frame = python_frame(&profile, 2, 0, false);
+        assert_eq!(summary(&frame), (None, None, None));
+        assert_eq!(frame.kind, FrameKind::Python);
+    }
+}
