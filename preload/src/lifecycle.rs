@@ -124,13 +124,13 @@ fn note_python(recorder: &Recorder) {
                 .store(memwarden_abi::MAX_DEPTH_LIMIT, Ordering::Relaxed);
         }
         crate::python_runtime::Detection::Unsupported(0) => log::say(&[
-            b"this Python is older than 3.11; memwarden reads Python frames from CPython ",
-            b"3.11 to 3.13, so its stacks show native frames only",
+            b"this Python is older than 3.9; memwarden reads Python frames from CPython ",
+            b"3.9 to 3.13, so its stacks show native frames only",
         ]),
         crate::python_runtime::Detection::Unsupported(version) => {
             let (mut major, mut minor) = ([0u8; 20], [0u8; 20]);
             log::say(&[
-                b"memwarden reads Python frames from CPython 3.11 to 3.13, not ",
+                b"memwarden reads Python frames from CPython 3.9 to 3.13, not ",
                 log::decimal(u64::from(version >> 24), &mut major),
                 b".",
                 log::decimal(u64::from((version >> 16) & 0xff), &mut minor),

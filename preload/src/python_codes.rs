@@ -167,7 +167,7 @@ unsafe fn check_of(l: &PyLayout, code: u64) -> u64 {
         (
             read_u64(code + l.code_filename as u64),
             read_u64(code + l.code_name as u64),
-            read_u64(code + l.code_line_table as u64),
+            l.code_line_table.map_or(0, |at| read_u64(code + at as u64)),
             read_u32(code + l.code_first_line as u64),
         )
     };
@@ -194,7 +194,7 @@ unsafe fn write_record(file: &ProfileFile, l: &PyLayout, code: u64) -> Option<u3
             read_u64(code + l.code_filename as u64),
             read_u64(code + l.code_name as u64),
             read_u64(code + l.code_qualname as u64),
-            read_u64(code + l.code_line_table as u64),
+            l.code_line_table.map_or(0, |at| read_u64(code + at as u64)),
             read_u32(code + l.code_first_line as u64) as i32,
         )
     };

@@ -14,6 +14,9 @@ pub enum CurrentFrame {
     ThroughCFrame { cframe: usize, current_frame: usize },
     /// `tstate->current_frame` (3.13).
     Direct { current_frame: usize },
+    /// `tstate->frame`, a chain of `PyFrameObject`s (3.9, 3.10): each native evaluation
+    /// call runs one frame, and a frame's `f_lasti` counts `lasti_scale` bytes per unit.
+    FrameObjects { frame: usize, lasti_scale: u64 },
 }
 
 /// How the frames of one native `_PyEval_EvalFrameDefault` call are told apart.
@@ -23,6 +26,8 @@ pub enum EntryMark {
     IsEntryFlag(usize),
     /// Each call pushes a shim frame owned by the C stack first (3.12+).
     CStackOwner,
+    /// Each call runs exactly one frame (3.9, 3.10).
+    EveryFrame,
 }
 
 /// The offsets memwarden reads in one CPython minor version (x86-64).
@@ -37,12 +42,14 @@ pub struct PyLayout {
     pub frame_previous: usize,
     pub frame_instruction: usize,
     pub frame_owner: usize,
-    /// `PyCodeObject` fields.
+    /// `PyCodeObject` fields. Before 3.11 there is no qualified name (the name's offset is
+    /// given) and the line table is not copied (`code_line_table` is `None`): lines are
+    /// looked up as frames are recorded.
     pub code_first_line: usize,
     pub code_filename: usize,
     pub code_name: usize,
     pub code_qualname: usize,
-    pub code_line_table: usize,
+    pub code_line_table: Option<usize>,
     pub code_first_traceable: usize,
     pub code_units: usize,
     /// `PyASCIIObject` size (where an ASCII string's bytes start).
@@ -69,6 +76,40 @@ pub const STATE_ASCII: u32 = 1 << 6;
 pub const OWNED_BY_GENERATOR: u8 = 1;
 pub const OWNED_BY_CSTACK: u8 = 3;
 
+const PY39: PyLayout = PyLayout {
+    version: 0x0309,
+    current_frame: CurrentFrame::FrameObjects {
+        frame: 24,
+        lasti_scale: 1,
+    },
+    entry: EntryMark::EveryFrame,
+    frame_code: 32,
+    frame_previous: 24,
+    frame_instruction: 104,
+    frame_owner: 0,
+    code_first_line: 40,
+    code_filename: 104,
+    code_name: 112,
+    code_qualname: 112,
+    code_line_table: None,
+    code_first_traceable: 0,
+    code_units: 0,
+    ascii_size: 48,
+    compact_size: 72,
+    compact_utf8: 56,
+    compact_utf8_length: 48,
+};
+
+const PY310: PyLayout = PyLayout {
+    version: 0x030a,
+    current_frame: CurrentFrame::FrameObjects {
+        frame: 24,
+        lasti_scale: 2,
+    },
+    frame_instruction: 96,
+    ..PY39
+};
+
 const PY311: PyLayout = PyLayout {
     version: 0x030b,
     current_frame: CurrentFrame::ThroughCFrame {
@@ -84,7 +125,7 @@ const PY311: PyLayout = PyLayout {
     code_filename: 112,
     code_name: 120,
     code_qualname: 128,
-    code_line_table: 136,
+    code_line_table: Some(136),
     code_first_traceable: 168,
     code_units: 184,
     ascii_size: 48,
@@ -108,7 +149,7 @@ const PY312: PyLayout = PyLayout {
     code_filename: 112,
     code_name: 120,
     code_qualname: 128,
-    code_line_table: 136,
+    code_line_table: Some(136),
     code_first_traceable: 176,
     code_units: 192,
     ascii_size: 40,
@@ -129,7 +170,7 @@ const PY313: PyLayout = PyLayout {
     code_filename: 112,
     code_name: 120,
     code_qualname: 128,
-    code_line_table: 136,
+    code_line_table: Some(136),
     code_first_traceable: 184,
     code_units: 200,
     ascii_size: 40,
@@ -146,7 +187,7 @@ pub fn for_version(version_hex: u32) -> Option<&'static PyLayout> {
     if release_level < 0xc {
         return None;
     }
-    [&PY311, &PY312, &PY313]
+    [&PY39, &PY310, &PY311, &PY312, &PY313]
         .into_iter()
         .find(|layout| layout.version == version_hex >> 16)
 }
@@ -161,7 +202,8 @@ mod tests {
         assert_eq!(for_version(0x030c01f0).map(|l| l.version), Some(0x030c));
         assert_eq!(for_version(0x030d00c1).map(|l| l.version), Some(0x030d));
         assert!(for_version(0x030d00a4).is_none(), "an alpha");
-        assert!(for_version(0x030a0df0).is_none(), "3.10");
+        assert_eq!(for_version(0x030a0df0).map(|l| l.version), Some(0x030a));
+        assert!(for_version(0x030807f0).is_none(), "3.8");
         assert!(for_version(0x030e00f0).is_none(), "3.14");
     }
 }

@@ -1,4 +1,4 @@
-//! The offsets in `python_layout` against CPython's own headers: for each CPython 3.11–3.13
+//! The offsets in `python_layout` against CPython's own headers: for each CPython 3.9–3.13
 //! installed with its headers (pyenv's `include/pythonX.Y`, or `/usr/include/pythonX.Y`), a C
 //! program built with `Py_BUILD_CORE` prints `offsetof` of every field memwarden reads.
 
@@ -58,10 +58,34 @@ int main(void) {
 }
 "#;
 
-/// Include directories of the CPython 3.11–3.13 installs on this machine.
+/// The fields read from 3.9 and 3.10, whose frames are `PyFrameObject`s.
+const FRAME_OBJECT_PROGRAM: &str = r#"
+#include <Python.h>
+#include <frameobject.h>
+#include <stdio.h>
+#include <stddef.h>
+#define SHOW(name, value) printf("%s %zu\n", name, (size_t)(value))
+int main(void) {
+    SHOW("thread_frame", offsetof(PyThreadState, frame));
+    SHOW("frame_code", offsetof(PyFrameObject, f_code));
+    SHOW("frame_previous", offsetof(PyFrameObject, f_back));
+    SHOW("frame_instruction", offsetof(PyFrameObject, f_lasti));
+    SHOW("code_first_line", offsetof(PyCodeObject, co_firstlineno));
+    SHOW("code_filename", offsetof(PyCodeObject, co_filename));
+    SHOW("code_name", offsetof(PyCodeObject, co_name));
+    SHOW("ascii_size", sizeof(PyASCIIObject));
+    SHOW("compact_size", sizeof(PyCompactUnicodeObject));
+    SHOW("compact_utf8", offsetof(PyCompactUnicodeObject, utf8));
+    SHOW("compact_utf8_length", offsetof(PyCompactUnicodeObject, utf8_length));
+    return 0;
+}
+"#;
+
+/// Include directories of the CPython 3.9–3.13 installs on this machine (3.11+ need
+/// their internal headers).
 fn installed_headers() -> Vec<(u32, PathBuf)> {
     let mut found = Vec::new();
-    for minor in 11..=13u32 {
+    for minor in 9..=13u32 {
         let name = format!("python3.{minor}");
         let mut candidates = vec![PathBuf::from("/usr/include").join(&name)];
         if let Ok(entries) = std::fs::read_dir("/root/.pyenv/versions") {
@@ -70,7 +94,12 @@ fn installed_headers() -> Vec<(u32, PathBuf)> {
             }
         }
         for dir in candidates {
-            if dir.join("internal/pycore_frame.h").exists() {
+            let probe = if minor >= 11 {
+                "internal/pycore_frame.h"
+            } else {
+                "frameobject.h"
+            };
+            if dir.join(probe).exists() {
                 found.push((0x0300 | minor, dir));
             }
         }
@@ -78,10 +107,10 @@ fn installed_headers() -> Vec<(u32, PathBuf)> {
     found
 }
 
-fn offsets_from_headers(include: &Path, scratch: &Path) -> Vec<(String, usize)> {
+fn offsets_from_headers(include: &Path, scratch: &Path, program: &str) -> Vec<(String, usize)> {
     let source = scratch.join("layout.c");
     let binary = scratch.join("layout");
-    std::fs::write(&source, PROGRAM).unwrap();
+    std::fs::write(&source, program).unwrap();
     let built = Command::new("gcc")
         .arg(format!("-I{}", include.display()))
         .arg(&source)
@@ -89,7 +118,11 @@ fn offsets_from_headers(include: &Path, scratch: &Path) -> Vec<(String, usize)> 
         .arg(&binary)
         .status()
         .expect("gcc runs");
-    assert!(built.success(), "the probe builds against {}", include.display());
+    assert!(
+        built.success(),
+        "the probe builds against {}",
+        include.display()
+    );
     let output = Command::new(&binary).output().unwrap();
     String::from_utf8(output.stdout)
         .unwrap()
@@ -99,6 +132,25 @@ fn offsets_from_headers(include: &Path, scratch: &Path) -> Vec<(String, usize)> 
             (name.to_owned(), value.parse().unwrap())
         })
         .collect()
+}
+
+fn expected_frame_objects(layout: &PyLayout) -> Vec<(&'static str, usize)> {
+    let CurrentFrame::FrameObjects { frame, .. } = layout.current_frame else {
+        unreachable!("3.9 and 3.10 only");
+    };
+    vec![
+        ("thread_frame", frame),
+        ("frame_code", layout.frame_code),
+        ("frame_previous", layout.frame_previous),
+        ("frame_instruction", layout.frame_instruction),
+        ("code_first_line", layout.code_first_line),
+        ("code_filename", layout.code_filename),
+        ("code_name", layout.code_name),
+        ("ascii_size", layout.ascii_size),
+        ("compact_size", layout.compact_size),
+        ("compact_utf8", layout.compact_utf8),
+        ("compact_utf8_length", layout.compact_utf8_length),
+    ]
 }
 
 fn expected(layout: &PyLayout) -> Vec<(&'static str, usize)> {
@@ -112,7 +164,7 @@ fn expected(layout: &PyLayout) -> Vec<(&'static str, usize)> {
         ("code_filename", layout.code_filename),
         ("code_name", layout.code_name),
         ("code_qualname", layout.code_qualname),
-        ("code_line_table", layout.code_line_table),
+        ("code_line_table", layout.code_line_table.unwrap()),
         ("code_first_traceable", layout.code_first_traceable),
         ("code_units", layout.code_units),
         ("ascii_size", layout.ascii_size),
@@ -137,10 +189,12 @@ fn expected(layout: &PyLayout) -> Vec<(&'static str, usize)> {
             fields.push(("current_frame", current_frame));
         }
         CurrentFrame::Direct { current_frame } => fields.push(("current_frame", current_frame)),
+        CurrentFrame::FrameObjects { .. } => unreachable!("3.9 and 3.10 are checked apart"),
     }
     match layout.entry {
         EntryMark::IsEntryFlag(offset) => fields.push(("is_entry", offset)),
         EntryMark::CStackOwner => fields.push(("owned_by_cstack", OWNED_BY_CSTACK.into())),
+        EntryMark::EveryFrame => unreachable!("3.9 and 3.10 are checked apart"),
     }
     fields
 }
@@ -156,8 +210,13 @@ fn every_offset_matches_the_installed_headers() {
     std::fs::create_dir_all(&scratch).unwrap();
     for (version, include) in installs {
         let layout = for_version((version << 16) | 0xf0).expect("a known version");
-        let from_headers = offsets_from_headers(&include, &scratch);
-        for (name, value) in expected(layout) {
+        let (program, fields) = if version >= 0x030b {
+            (PROGRAM, expected(layout))
+        } else {
+            (FRAME_OBJECT_PROGRAM, expected_frame_objects(layout))
+        };
+        let from_headers = offsets_from_headers(&include, &scratch, program);
+        for (name, value) in fields {
             let found = from_headers.iter().find(|(n, _)| n == name);
             assert_eq!(
                 found.map(|(_, v)| *v),

@@ -4,17 +4,19 @@
 //! that makes it. Nothing here runs Python or takes the GIL: a thread only ever reads its
 //! own frames, which cannot change while it is inside a hook.
 
-use core::ffi::c_void;
+use core::ffi::{c_char, c_int, c_void};
 use core::sync::atomic::{AtomicPtr, Ordering};
 
 use memwarden_abi::MODULE_MAIN;
 
 use crate::modules::LoadedModule;
 use crate::python_codes::CodeTable;
-use crate::python_layout::{self, PyLayout};
+use crate::python_layout::{self, CurrentFrame, PyLayout};
 use crate::real;
 
 type ThisThreadStateFn = unsafe extern "C" fn() -> *mut c_void;
+type LineOfFn = unsafe extern "C" fn(*mut c_void, c_int) -> c_int;
+type VersionFn = unsafe extern "C" fn() -> *const c_char;
 
 /// The Python runtime of this process.
 pub struct PythonRuntime {
@@ -28,6 +30,8 @@ pub struct PythonRuntime {
     pub interpreter: [(u64, u64); 2],
     /// The code objects seen so far.
     pub codes: CodeTable,
+    /// `PyCode_Addr2Line`, for Pythons whose line tables are not copied (3.9, 3.10).
+    line_of: Option<LineOfFn>,
     this_thread_state: ThisThreadStateFn,
 }
 
@@ -58,20 +62,19 @@ pub fn detect(modules: &[LoadedModule]) -> Detection {
     if eval == 0 || this_thread_state == 0 {
         return Detection::Absent;
     }
-    let version_address = real::global_symbol(c"Py_Version");
-    if version_address == 0 {
-        // Before 3.11 there is no Py_Version; those layouts are not read either.
+    let version_hex = version_hex();
+    if version_hex == 0 {
         return Detection::Unsupported(0);
     }
-    // SAFETY: `Py_Version` is CPython's `const unsigned long`, mapped read-only.
-    let version_hex = unsafe { *(version_address as *const u64) } as u32;
     let code_type = real::global_symbol(c"PyCode_Type") as u64;
     let (Some(layout), Some(eval_end)) =
         (python_layout::for_version(version_hex), function_end(eval))
     else {
         return Detection::Unsupported(version_hex);
     };
-    let (true, Some(codes)) = (code_type != 0, CodeTable::new()) else {
+    let line_of = real::global_symbol(c"PyCode_Addr2Line");
+    let old = matches!(layout.current_frame, CurrentFrame::FrameObjects { .. });
+    let (true, Some(codes)) = (code_type != 0 && (line_of != 0 || !old), CodeTable::new()) else {
         return Detection::Unsupported(version_hex);
     };
     let range = |module: Option<&LoadedModule>| module.map_or((0, 0), |m| (m.start, m.end));
@@ -85,6 +88,9 @@ pub fn detect(modules: &[LoadedModule]) -> Detection {
         eval: (eval, eval_end),
         interpreter: [range(library), range(executable)],
         codes,
+        // SAFETY: the symbol (if found) is CPython's `int PyCode_Addr2Line(PyCodeObject *, int)`.
+        line_of: (line_of != 0)
+            .then(|| unsafe { core::mem::transmute::<usize, LineOfFn>(line_of) }),
         // SAFETY: the symbol is CPython's `PyThreadState *PyGILState_GetThisThreadState(void)`.
         this_thread_state: unsafe {
             core::mem::transmute::<usize, ThisThreadStateFn>(this_thread_state)
@@ -92,6 +98,44 @@ pub fn detect(modules: &[LoadedModule]) -> Detection {
     });
     RUNTIME.store(Box::into_raw(found), Ordering::Release);
     Detection::Found(version_hex)
+}
+
+/// The runtime's `PY_VERSION_HEX`: `Py_Version` (3.11+), else parsed from
+/// `Py_GetVersion()` ("3.10.13 (main, …)", taken as a final release); 0 if neither.
+fn version_hex() -> u32 {
+    let exported = real::global_symbol(c"Py_Version");
+    if exported != 0 {
+        // SAFETY: `Py_Version` is CPython's `const unsigned long`, mapped read-only.
+        return unsafe { *(exported as *const u64) } as u32;
+    }
+    let text = real::global_symbol(c"Py_GetVersion");
+    if text == 0 {
+        return 0;
+    }
+    // SAFETY: CPython's `const char *Py_GetVersion(void)`: formats into a static buffer
+    // (snprintf, no allocation) and returns it, NUL-terminated.
+    let text =
+        unsafe { core::ffi::CStr::from_ptr(core::mem::transmute::<usize, VersionFn>(text)()) };
+    parse_version(text.to_bytes())
+}
+
+/// `"3.10.13 (main…"` → 0x030a0df0.
+fn parse_version(text: &[u8]) -> u32 {
+    let mut parts = text.split(|&b| b == b'.' || b == b' ').map(|part| {
+        core::str::from_utf8(part)
+            .ok()
+            .and_then(|p| p.parse::<u32>().ok())
+    });
+    match (
+        parts.next().flatten(),
+        parts.next().flatten(),
+        parts.next().flatten(),
+    ) {
+        (Some(major), Some(minor), Some(micro)) if major < 256 && minor < 256 && micro < 256 => {
+            (major << 24) | (minor << 16) | (micro << 8) | 0xf0
+        }
+        _ => 0,
+    }
 }
 
 /// One past the last byte of the function starting at `start`, from its symbol's size.
@@ -144,5 +188,32 @@ impl PythonRuntime {
         self.interpreter
             .iter()
             .any(|&(start, end)| (start..end).contains(&address))
+    }
+
+    /// The line `byte_offset` into `code` is on, asked of CPython (3.9, 3.10 only).
+    ///
+    /// # Safety
+    /// `code` is a live code object.
+    pub unsafe fn line_of(&self, code: u64, byte_offset: i32) -> Option<u32> {
+        let line_of = self.line_of?;
+        // SAFETY: CPython's function reads the code object's line table; no allocation.
+        let line = unsafe { line_of(code as *mut c_void, byte_offset) };
+        u32::try_from(line).ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_version;
+
+    #[test]
+    fn versions_from_the_version_string() {
+        assert_eq!(
+            parse_version(b"3.10.13 (main, Nov  1 2026) [GCC 12.2.0]"),
+            0x030a0df0
+        );
+        assert_eq!(parse_version(b"3.9.18 (main)"), 0x030912f0);
+        assert_eq!(parse_version(b"3.12.0rc1 (main)"), 0);
+        assert_eq!(parse_version(b"garbage"), 0);
     }
 }

@@ -213,6 +213,10 @@ unsafe fn read_frames(runtime: &PythonRuntime, recorder: &Recorder, out: &mut Py
                 read_u64(cframe + current_frame as u64)
             }
             CurrentFrame::Direct { current_frame } => read_u64(thread_state + current_frame as u64),
+            CurrentFrame::FrameObjects { frame, lasti_scale } => {
+                let first = read_u64(thread_state + frame as u64);
+                return read_frame_objects(runtime, recorder, first, lasti_scale, out);
+            }
         }
     };
     let mut followed = 0;
@@ -255,6 +259,47 @@ unsafe fn read_frames(runtime: &PythonRuntime, recorder: &Recorder, out: &mut Py
     };
     if ended < out.count {
         out.end_group();
+    }
+}
+
+/// 3.9 and 3.10: each `PyFrameObject` of the chain is run by its own native evaluation
+/// call, so each is a group of one; its line is asked of CPython now (these versions' line
+/// tables are not decoded by the reader).
+///
+/// # Safety
+/// As [`read_frames`]; `frame` is the thread's current frame object (or null).
+unsafe fn read_frame_objects(
+    runtime: &PythonRuntime,
+    recorder: &Recorder,
+    mut frame: u64,
+    lasti_scale: u64,
+    out: &mut PythonFrames,
+) {
+    let l = runtime.layout;
+    let mut followed = 0;
+    while frame != 0 && followed < MAX_CHAIN {
+        followed += 1;
+        // SAFETY: a live frame object of this thread's chain.
+        let (code, lasti, back) = unsafe {
+            (
+                read_u64(frame + l.frame_code as u64),
+                ((frame + l.frame_instruction as u64) as *const i32).read_unaligned(),
+                read_u64(frame + l.frame_previous as u64),
+            )
+        };
+        // SAFETY: a code object's type word, read only after the null check.
+        if code != 0 && unsafe { read_u64(code + OBJECT_TYPE as u64) } == runtime.code_type {
+            let byte_offset = lasti.saturating_mul(lasti_scale as i32);
+            // SAFETY: `code` is live (the frame holds it) and of this layout.
+            let line = unsafe { runtime.line_of(code, byte_offset) };
+            // SAFETY: as above.
+            let index = unsafe { runtime.codes.index_of(&recorder.file, l, code) };
+            if let (Some(line), Some(index)) = (line, index) {
+                out.push(python_frame(index, line, true));
+            }
+        }
+        out.end_group();
+        frame = back;
     }
 }
 
