@@ -13,8 +13,18 @@ use crate::symbolize::{Frame, FrameKind, Symbolizer};
 /// Frames in a module whose file name starts so are the profiler's own (its wrapper
 /// around `main`, say).
 const PROFILER_MODULE_PREFIX: &str = "libmemwarden";
+/// The file of the Python hook `memwarden run` installs (`DIR/.python/sitecustomize.py`).
+const PROFILER_PYTHON_HOOK: &str = "/.python/sitecustomize.py";
 /// The function after which (outwards) only C start-up code follows.
 const ENTRY_FUNCTION: &str = "main";
+/// The C start-up code that calls `main`.
+const START_UP_FUNCTIONS: &[&str] = &[
+    "_start",
+    "__libc_start_main",
+    "__libc_start_main_impl",
+    "__libc_start_main_alias_2",
+    "__libc_start_call_main",
+];
 
 /// The frames of the frame words of one stack of `profile`, innermost first.
 pub(crate) fn shown_frames(
@@ -104,20 +114,45 @@ fn is_entry(frame: &Frame) -> bool {
         && frame.function.as_deref() == Some(ENTRY_FUNCTION)
 }
 
-/// Drops the profiler's frames, and every frame outside the first (innermost) `main`.
+/// Drops the profiler's frames, and every frame outside the first (innermost) `main`;
+/// without a `main` (a `main` that tail-calls, like CPython's `Py_BytesMain`), the C
+/// start-up frames that end the stack.
 fn trim(frames: Vec<Frame>) -> Vec<Frame> {
     let mut shown: Vec<Frame> = frames
         .into_iter()
-        .filter(|f| {
-            !f.module
-                .as_deref()
-                .is_some_and(|m| file_name(m).starts_with(PROFILER_MODULE_PREFIX))
-        })
+        .filter(|f| !is_profiler_frame(f))
         .collect();
     if let Some(entry) = shown.iter().position(is_entry) {
         shown.truncate(entry + 1);
     }
+    while shown.len() > 1 && shown.last().is_some_and(is_start_up) {
+        shown.pop();
+    }
     shown
+}
+
+/// A frame of the profiler itself: in its library, or in the Python hook the CLI installs
+/// (`DIR/.python/sitecustomize.py`, which watches for NumPy's import).
+fn is_profiler_frame(frame: &Frame) -> bool {
+    match frame.kind {
+        FrameKind::Native => frame
+            .module
+            .as_deref()
+            .is_some_and(|m| file_name(m).starts_with(PROFILER_MODULE_PREFIX)),
+        FrameKind::Python => frame
+            .file
+            .as_deref()
+            .is_some_and(|f| f.ends_with(PROFILER_PYTHON_HOOK)),
+    }
+}
+
+/// The C library's start-up code, outer to `main`.
+fn is_start_up(frame: &Frame) -> bool {
+    frame.kind == FrameKind::Native
+        && frame
+            .function
+            .as_deref()
+            .is_some_and(|f| START_UP_FUNCTIONS.contains(&f))
 }
 
 #[cfg(test)]
@@ -156,6 +191,42 @@ mod tests {
             frame("_start", "/t/prog"),
         ];
         assert_eq!(functions(&trim(frames)), ["leaf", "main"]);
+    }
+
+    #[test]
+    fn without_main_the_start_up_code_that_ends_the_stack_is_left_out() {
+        let frames = vec![
+            frame("PyList_New", "/lib/libpython3.11.so.1.0"),
+            frame("Py_BytesMain", "/lib/libpython3.11.so.1.0"),
+            frame("__libc_start_call_main", "/lib/libc.so.6"),
+            frame("__libc_start_main_impl", "/lib/libc.so.6"),
+            frame("_start", "/usr/bin/python3.11"),
+        ];
+        assert_eq!(functions(&trim(frames)), ["PyList_New", "Py_BytesMain"]);
+        let only = vec![frame("_start", "/t/prog")];
+        assert_eq!(functions(&trim(only)), ["_start"]);
+    }
+
+    #[test]
+    fn the_python_hook_of_memwarden_is_left_out() {
+        let python = |function: &str, file: &str| Frame {
+            function: Some(function.to_owned()),
+            file: Some(file.to_owned()),
+            line: Some(1),
+            module: None,
+            address: 0,
+            inlined: false,
+            kind: FrameKind::Python,
+        };
+        let frames = vec![
+            python("_call_with_frames_removed", "<frozen importlib._bootstrap>"),
+            python("exec_module", "/out/.python/sitecustomize.py"),
+            python("<module>", "/work/sitecustomize.py"),
+        ];
+        assert_eq!(
+            functions(&trim(frames)),
+            ["_call_with_frames_removed", "<module>"]
+        );
     }
 
     #[test]
