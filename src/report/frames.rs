@@ -7,7 +7,7 @@ use memwarden_abi::python::{self, FrameWord};
 
 use super::json::{file_name, FrameReport};
 use crate::profile::Profile;
-use crate::python::{is_interpreter, module_of_word};
+use crate::python::{is_interpreter, is_profiler, module_of_word};
 use crate::symbolize::{Frame, FrameKind, Symbolizer};
 
 /// Frames in a module whose file name starts so are the profiler's own (its wrapper
@@ -76,8 +76,11 @@ fn shown(
             }
             FrameWord::Native(address) => address,
         };
+        // The profiler's own frames are left out unsymbolized: its library may have been
+        // rebuilt since the run, and there is nothing to show anyway.
+        let module = module_of_word(profile, word);
         let above_python = innermost_python.is_some_and(|innermost| index > innermost);
-        if above_python && module_of_word(profile, word).is_some_and(is_interpreter) {
+        if module.is_some_and(is_profiler) || above_python && module.is_some_and(is_interpreter) {
             continue;
         }
         let symbolized = if index == 0 && first_is_instruction {
