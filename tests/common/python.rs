@@ -128,6 +128,8 @@ pub struct PyStack {
 
 #[derive(Debug, Deserialize)]
 pub struct PyFrame {
+    /// `native` or `python`.
+    pub kind: String,
     pub function: Option<String>,
     pub file: Option<String>,
     pub line: Option<u32>,
@@ -226,7 +228,8 @@ impl PyProcess {
             .filter(|s| s.category.as_deref() == Some("numpy"))
     }
 
-    /// The stacks with a frame in `script`, one line each, for failure messages.
+    /// The stacks with a frame in `script` that are NumPy data or had 10,000 bytes or more
+    /// (at the peak or allocated), one line each, for failure messages.
     pub fn describe(&self, script: &Script) -> String {
         let mut out = format!(
             "pid {} ppid {} forked {} argv {:?} peak {} ({} stacks)\n",
@@ -241,6 +244,10 @@ impl PyProcess {
             let Some(frame) = frame_in(&stack.frames, script) else {
                 continue;
             };
+            let big = stack.at_peak_bytes.max(stack.allocated_bytes) >= 10_000;
+            if !big && stack.category.as_deref() != Some("numpy") {
+                continue;
+            }
             let _ = writeln!(
                 out,
                 "  stack {} {:?} at {}:{:?} ({:?}): at_peak {} live {} allocated {} in {}; frame 0 {:?}",

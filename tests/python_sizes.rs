@@ -1,0 +1,112 @@
+//! The size check of memwarden's NumPy handler: NumPy's `free` names the size it believes
+//! a buffer has, and a size other than the one allocated is a `size-mismatch` error in
+//! report.json with both stacks. What NumPy 2.x really passes for arrays with a 0 in their
+//! shape is asserted here (docs/python.md says it in words).
+
+mod common;
+use common::python::*;
+use common::*;
+
+const SCRIPT: &str = r#"import ctypes
+import numpy as np
+
+
+def zero_shapes():
+    for shape in [(0,), (0, 5), (3, 0), (2, 0, 4)]:
+        a = np.empty(shape)
+        del a
+    b = np.ones((0, 3), dtype=np.int16)
+    b.resize((0,), refcheck=False)
+    del b
+
+
+def empty_text():
+    a = np.fromstring("", sep=" ")  # EMPTY_TEXT_ALLOC
+    del a  # EMPTY_TEXT_FREE
+
+
+class Allocator(ctypes.Structure):
+    _fields_ = [
+        ("ctx", ctypes.c_void_p),
+        ("malloc", ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t)),
+        ("calloc", ctypes.c_void_p),
+        ("realloc", ctypes.c_void_p),
+        ("free", ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t)),
+    ]
+
+
+class Handler(ctypes.Structure):
+    _fields_ = [("name", ctypes.c_char * 127), ("version", ctypes.c_uint8), ("allocator", Allocator)]
+
+
+def wrong_size_by_hand():
+    get = ctypes.CDLL(None).memwarden_numpy_handler
+    get.restype = ctypes.POINTER(Handler)
+    allocator = get().contents.allocator
+    block = allocator.malloc(allocator.ctx, 100)  # BY_HAND_ALLOC
+    allocator.free(allocator.ctx, block, 99)  # BY_HAND_FREE
+
+
+zero_shapes()
+empty_text()
+wrong_size_by_hand()
+print(np._core.multiarray.get_handler_name(np.ones(3)))
+"#;
+
+/// A heap error as the test compares it: kind, block size, offset (for a size mismatch,
+/// the size `free` named), and the script lines of its allocation and of the call that
+/// found it.
+type ErrorLines<'a> = (&'a str, u64, i64, Option<u32>, Option<u32>);
+
+#[test]
+fn a_wrong_size_in_numpys_free_is_a_size_mismatch_and_zero_shapes_are_freed_with_their_size() {
+    let Some(python) = venv_python("numpy") else {
+        return;
+    };
+    let scratch = Scratch::new("python_sizes");
+    let script = Script::new(&scratch, "sizes.py", SCRIPT);
+    let run = run_script(&scratch, &python, &script, &[], &[]);
+    assert_success(&run.outcome, "the script under memwarden");
+    assert_eq!(run.outcome.stdout_text(), "memwarden\n");
+    let process = run.report.main_process(&script);
+    let errors: Vec<ErrorLines> = process
+        .errors
+        .iter()
+        .map(|e| {
+            let line =
+                |frames: &Option<Vec<PyFrame>>| frames.as_deref().and_then(|f| line_in(f, &script));
+            (
+                e.kind.as_str(),
+                e.block_size,
+                e.offset,
+                line(&e.alloc_stack),
+                line(&e.stack),
+            )
+        })
+        .collect();
+    // Every array with a 0 in its shape is allocated as 1 byte and freed as 1 byte: no
+    // error. An empty array read as text is allocated one element (8 bytes of float64)
+    // and freed as 1 byte: NumPy's own wrong size. The block freed by hand with 99 for 100
+    // shows that the check works.
+    assert_eq!(
+        errors,
+        [
+            (
+                "size-mismatch",
+                8,
+                1,
+                Some(script.line_of("# EMPTY_TEXT_ALLOC")),
+                Some(script.line_of("# EMPTY_TEXT_FREE"))
+            ),
+            (
+                "size-mismatch",
+                100,
+                99,
+                Some(script.line_of("# BY_HAND_ALLOC")),
+                Some(script.line_of("# BY_HAND_FREE"))
+            ),
+        ],
+        "{:#?}",
+        process.errors
+    );
+}
