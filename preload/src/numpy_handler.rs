@@ -126,12 +126,14 @@ extern "C" fn numpy_malloc_body(
     entry_sp: u64,
     bp: u64,
 ) -> *mut c_void {
-    allocate(
+    let block = allocate(
         numpy_caller(entry_sp, bp),
         failed_function::MALLOC,
         Source::Malloc,
         size,
-    )
+    );
+    ask_for_huge_pages(block, size);
+    block
 }
 
 export_with_caller!(
@@ -150,12 +152,33 @@ extern "C" fn numpy_calloc_body(
         real::set_errno(libc::ENOMEM);
         return core::ptr::null_mut();
     };
-    allocate(
+    let block = allocate(
         numpy_caller(entry_sp, bp),
         failed_function::CALLOC,
         Source::Calloc,
         total,
-    )
+    );
+    ask_for_huge_pages(block, total);
+    block
+}
+
+/// Arrays of this size and more get transparent huge pages, as NumPy's own handler asks.
+const HUGE_PAGE_THRESHOLD: usize = 1 << 22;
+
+/// Does what NumPy's default handler does for big arrays (fewer page faults and TLB
+/// misses), so that profiling does not change how the program's memory behaves.
+fn ask_for_huge_pages(block: *mut c_void, size: usize) {
+    if block.is_null() || size < HUGE_PAGE_THRESHOLD {
+        return;
+    }
+    let page = crate::hooks::page_size();
+    let start = (block as usize).next_multiple_of(page);
+    let length = size - (start - block as usize);
+    let errno = real::SavedErrno::save();
+    // SAFETY: the range lies inside the block just allocated; madvise only advises (its
+    // failure on kernels without huge pages is ignored, as NumPy ignores it).
+    unsafe { libc::madvise(start as *mut c_void, length, libc::MADV_HUGEPAGE) };
+    errno.restore();
 }
 
 export_with_caller!(

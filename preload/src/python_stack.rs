@@ -12,6 +12,8 @@
 //! the interpreter's own frames are dropped and other modules' frames (NumPy's C code, a
 //! ctypes target) kept; nothing above the outermost Python frame is kept.
 
+use core::mem::MaybeUninit;
+
 use memwarden_abi::python::python_frame;
 use memwarden_abi::MAX_DEPTH_LIMIT;
 
@@ -27,64 +29,80 @@ const MAX_DEPTH: usize = MAX_DEPTH_LIMIT as usize;
 /// Frames followed at most along one chain (a bound should the chain ever be corrupt).
 const MAX_CHAIN: usize = 4096;
 
+/// Up to `N` values, left uninitialized until pushed: these live on the hook's stack, and
+/// zeroing kilobytes for every allocation would cost more than filling them.
+struct Pushed<T: Copy, const N: usize> {
+    items: [MaybeUninit<T>; N],
+    len: usize,
+}
+
+impl<T: Copy, const N: usize> Pushed<T, N> {
+    fn new() -> Self {
+        Pushed {
+            items: [const { MaybeUninit::uninit() }; N],
+            len: 0,
+        }
+    }
+
+    /// Appends `value`; dropped once full.
+    fn push(&mut self, value: T) {
+        if let Some(slot) = self.items.get_mut(self.len) {
+            slot.write(value);
+            self.len += 1;
+        }
+    }
+
+    fn truncate(&mut self, len: usize) {
+        self.len = self.len.min(len);
+    }
+
+    fn as_slice(&self) -> &[T] {
+        // SAFETY: the first `len` items were written by `push`.
+        unsafe { core::slice::from_raw_parts(self.items.as_ptr().cast::<T>(), self.len) }
+    }
+}
+
 /// The Python frames of the calling thread as frame words, innermost first, cut into the
 /// groups each native evaluation call runs.
 struct PythonFrames {
-    words: [u64; MAX_DEPTH],
-    count: usize,
-    /// `group_ends[g]`: one past the last word of group `g`.
-    group_ends: [u16; MAX_DEPTH],
-    groups: usize,
+    words: Pushed<u64, MAX_DEPTH>,
+    /// One past the last word of each group.
+    group_ends: Pushed<u16, MAX_DEPTH>,
 }
 
 impl PythonFrames {
     fn new() -> Self {
         PythonFrames {
-            words: [0; MAX_DEPTH],
-            count: 0,
-            group_ends: [0; MAX_DEPTH],
-            groups: 0,
+            words: Pushed::new(),
+            group_ends: Pushed::new(),
         }
     }
 
+    fn count(&self) -> usize {
+        self.words.len
+    }
+
+    fn groups(&self) -> usize {
+        self.group_ends.len
+    }
+
     fn push(&mut self, word: u64) {
-        if self.count < MAX_DEPTH {
-            self.words[self.count] = word;
-            self.count += 1;
-        }
+        self.words.push(word);
     }
 
     fn end_group(&mut self) {
-        if self.groups < MAX_DEPTH {
-            self.group_ends[self.groups] = self.count as u16;
-            self.groups += 1;
-        }
+        self.group_ends.push(self.words.len as u16);
     }
 
     fn group(&self, g: usize) -> &[u64] {
-        let start = if g == 0 {
-            0
-        } else {
-            self.group_ends[g - 1] as usize
-        };
-        &self.words[start..self.group_ends[g] as usize]
+        let ends = self.group_ends.as_slice();
+        let start = if g == 0 { 0 } else { ends[g - 1] as usize };
+        &self.words.as_slice()[start..ends[g] as usize]
     }
 }
 
-/// A stack being assembled, at most `MAX_DEPTH` words.
-struct Merged {
-    words: [u64; MAX_DEPTH],
-    used: usize,
-}
-
-impl Merged {
-    fn push(&mut self, word: u64) {
-        if self.used < MAX_DEPTH {
-            self.words[self.used] = word;
-            self.used += 1;
-        }
-    }
-}
+/// A stack being assembled.
+type Merged = Pushed<u64, MAX_DEPTH>;
 
 /// The stack to record for an allocation whose native stack is `native`: with the thread's
 /// Python frames put in, and `marker` (if any) as frame 0.
@@ -101,7 +119,7 @@ pub fn with_python_frames(
         // SAFETY: the calling thread reads its own thread state.
         unsafe { read_frames(runtime, recorder, &mut python) };
     }
-    if python.count == 0 {
+    if python.count() == 0 {
         if let Some(creator) = guard.thread_creator() {
             return started_by(recorder, native, marker, creator);
         }
@@ -109,17 +127,14 @@ pub fn with_python_frames(
             return native;
         }
     }
-    let mut merged = Merged {
-        words: [0; MAX_DEPTH],
-        used: 0,
-    };
+    let mut merged = Merged::new();
     if let Some(marker) = marker {
         merged.push(marker);
     }
     let native_frames = recorder.frames_of(native);
-    let Some(runtime) = runtime.filter(|_| python.count != 0) else {
+    let Some(runtime) = runtime.filter(|_| python.count() != 0) else {
         native_frames.iter().for_each(|&frame| merged.push(frame));
-        return recorder.intern(&merged.words[..merged.used]);
+        return recorder.intern(merged.as_slice());
     };
     let mut group = 0;
     let mut seen_python = false;
@@ -127,19 +142,19 @@ pub fn with_python_frames(
     // Below the innermost Python frame: one past the last frame outside the interpreter.
     let mut after_foreign = None;
     for &frame in native_frames {
-        if runtime.is_eval(frame) && group < python.groups {
+        if runtime.is_eval(frame) && group < python.groups() {
             let words = python.group(group);
             if !words.is_empty() && !seen_python {
                 // The interpreter's calling machinery between an extension's C function
                 // (or the allocator) and the Python line that called it says nothing.
                 if let Some(end) = after_foreign {
-                    merged.used = end;
+                    merged.truncate(end);
                 }
             }
             words.iter().for_each(|&word| merged.push(word));
             if !words.is_empty() {
                 seen_python = true;
-                outermost_python = merged.used;
+                outermost_python = merged.len;
             }
             group += 1;
             continue;
@@ -150,28 +165,26 @@ pub fn with_python_frames(
         }
         merged.push(frame);
         if !seen_python && !interpreter {
-            after_foreign = Some(merged.used);
+            after_foreign = Some(merged.len);
         }
     }
     // A native stack cut at its depth limit: the rest of the Python frames go on top.
-    while group < python.groups {
+    while group < python.groups() {
         let words = python.group(group);
         words.iter().for_each(|&word| merged.push(word));
         if !words.is_empty() {
-            outermost_python = merged.used;
+            outermost_python = merged.len;
         }
         group += 1;
     }
-    recorder.intern(&merged.words[..outermost_python])
+    merged.truncate(outermost_python);
+    recorder.intern(merged.as_slice())
 }
 
 /// The stack of a thread without Python frames that Python code started: its own frames up
 /// to memwarden's thread launcher, then the stack that started it.
 fn started_by(recorder: &Recorder, native: u32, marker: Option<u64>, creator: u32) -> u32 {
-    let mut merged = Merged {
-        words: [0; MAX_DEPTH],
-        used: 0,
-    };
+    let mut merged = Merged::new();
     if let Some(marker) = marker {
         merged.push(marker);
     }
@@ -185,7 +198,7 @@ fn started_by(recorder: &Recorder, native: u32, marker: Option<u64>, creator: u3
     for &frame in recorder.frames_of(creator) {
         merged.push(frame);
     }
-    recorder.intern(&merged.words[..merged.used])
+    recorder.intern(merged.as_slice())
 }
 
 /// Reads the calling thread's frame chain into `out`.
@@ -252,12 +265,12 @@ unsafe fn read_frames(runtime: &PythonRuntime, recorder: &Recorder, out: &mut Py
         }
         frame = previous;
     }
-    let ended = if out.groups == 0 {
-        0
-    } else {
-        out.group_ends[out.groups - 1] as usize
-    };
-    if ended < out.count {
+    let ended = out
+        .group_ends
+        .as_slice()
+        .last()
+        .map_or(0, |&end| end as usize);
+    if ended < out.count() {
         out.end_group();
     }
 }

@@ -269,6 +269,11 @@ fn unwind_fully(
         }
         current.push_level(level);
         saw_unknown |= !snapshot.knows(level.ip);
+        if runs_python(level.ip) {
+            // The thread's Python frames say the rest (python_stack): the native frames
+            // above the innermost evaluation loop are the interpreter's, left out anyway.
+            break;
+        }
         if current.len() >= depth {
             current.set_truncated();
             break;
@@ -335,6 +340,12 @@ fn same_walk_without_bp(
         }
     }
     false
+}
+
+/// True if `ip` is in CPython's evaluation loop.
+#[inline(always)]
+fn runs_python(ip: u64) -> bool {
+    crate::python_runtime::runtime().is_some_and(|python| python.is_eval(ip))
 }
 
 /// Unwinds one frame; the caller's frame address, or `None` at the end of the stack.
