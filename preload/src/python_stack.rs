@@ -4,13 +4,17 @@
 //! says which, so each such native frame is replaced by its Python frames, innermost first:
 //!
 //! ```text
-//! native:  malloc-caller  list_resize  _PyEval_EvalFrameDefault  PyObject_Call  …  _PyEval_EvalFrameDefault  Py_RunMain  main
-//! merged:  malloc-caller  list_resize  work.py:12 (fill)  work.py:30 (main)        …  work.py:41 (<module>)
+//! native:  malloc-caller  list_resize  _PyEval_EvalFrameDefault
+//! merged:  malloc-caller  list_resize  work.py:12 (fill)  work.py:30 (main)  …  work.py:41 (<module>)
 //! ```
 //!
-//! Native frames below the innermost Python frame are kept (what allocated, in C); above it
-//! the interpreter's own frames are dropped and other modules' frames (NumPy's C code, a
-//! ctypes target) kept; nothing above the outermost Python frame is kept.
+//! The native walk stops at the innermost evaluation loop (`unwind::runs_python`): what lies
+//! above it is the interpreter calling itself, which the report would hide, and walking it
+//! for every allocation is most of the cost of a stack. So the native frames kept are those
+//! below the innermost Python frame — what allocated, in C — less the interpreter's calling
+//! machinery right under the Python line when an extension's function (NumPy's, a ctypes
+//! target) sits below it. A C function between two Python frames (a callback's caller) is
+//! not shown.
 
 use core::mem::MaybeUninit;
 
