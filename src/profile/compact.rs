@@ -143,4 +143,30 @@ mod tests {
         assert_eq!(after.live_bytes, 40);
         assert!(!compact_profile_file(&path).unwrap(), "already dense");
     }
+
+    #[test]
+    fn python_code_records_and_their_blob_survive_compaction() {
+        use crate::profile::synthetic::SyntheticCode;
+        use memwarden_abi::python::python_frame;
+        let bytes = ProfileBuilder::new(7)
+            .python_version(0x030c_01f0)
+            .python_code(SyntheticCode {
+                filename: "/w/a.py".into(),
+                name: "f".into(),
+                qualname: "C.f".into(),
+                first_line: 3,
+                line_table: vec![0x80 | (10 << 3), 0, 0],
+            })
+            .stack(&[0x1000, python_frame(0, 0, false)], stack_record())
+            .build();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("7.mwp");
+        fs::write(&path, &bytes).unwrap();
+        let before = read_profile_file(&path).unwrap();
+        assert!(compact_profile_file(&path).unwrap());
+        let after = read_profile_file(&path).unwrap();
+        assert_eq!(after.python_codes, before.python_codes);
+        assert_eq!(after.python_code(0).unwrap().qualname, "C.f");
+        assert_eq!(after.python_version, 0x030c_01f0);
+    }
 }
