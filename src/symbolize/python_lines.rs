@@ -206,4 +206,103 @@ mod tests {
         assert_eq!(line_at(&[0x80 | (10 << 3) | 1, 0, 0], 7, 2), None);
         assert_eq!(line_at(&[0x80 | (10 << 3) | 1, 0, 0], 7, 1), Some(7));
     }
+
+    /// One entry to encode: its form, length in code units and line delta.
+    #[derive(Clone, Debug)]
+    enum Entry {
+        Short(u8),
+        OneLine(u8, u8),
+        NoColumns(u8, i64),
+        Long(u8, i64),
+        NoLocation(u8),
+    }
+
+    fn varint(out: &mut Vec<u8>, mut value: u64) {
+        while value >= 0x40 {
+            out.push(0x40 | (value & 0x3f) as u8);
+            value >>= 6;
+        }
+        out.push(value as u8);
+    }
+
+    fn signed(out: &mut Vec<u8>, value: i64) {
+        let raw = (value.unsigned_abs() << 1) | u64::from(value < 0);
+        varint(out, raw);
+    }
+
+    /// Encodes `entries` as CPython does, and gives the line of each code unit.
+    fn encode(entries: &[Entry], first_line: i64) -> (Vec<u8>, Vec<Option<u32>>) {
+        let (mut table, mut lines, mut line) = (Vec::new(), Vec::new(), first_line);
+        for entry in entries {
+            let head = |code: u8, length: u8| 0x80 | (code << 3) | (length - 1);
+            let (length, has_line) = match *entry {
+                Entry::Short(length) => {
+                    table.extend([head(3, length), 0x12]);
+                    (length, true)
+                }
+                Entry::OneLine(length, delta) => {
+                    line += i64::from(delta);
+                    table.extend([head(10 + delta, length), 4, 9]);
+                    (length, true)
+                }
+                Entry::NoColumns(length, delta) => {
+                    line += delta;
+                    table.push(head(13, length));
+                    signed(&mut table, delta);
+                    (length, true)
+                }
+                Entry::Long(length, delta) => {
+                    line += delta;
+                    table.push(head(14, length));
+                    signed(&mut table, delta);
+                    for value in [3, 70, 5000] {
+                        varint(&mut table, value);
+                    }
+                    (length, true)
+                }
+                Entry::NoLocation(length) => {
+                    table.push(head(15, length));
+                    (length, false)
+                }
+            };
+            let shown = (has_line && line >= 0).then(|| line as u32);
+            lines.extend(std::iter::repeat_n(shown, usize::from(length)));
+        }
+        (table, lines)
+    }
+
+    fn entry() -> impl proptest::strategy::Strategy<Value = Entry> {
+        use proptest::prelude::*;
+        let length = 1u8..=8;
+        prop_oneof![
+            length.clone().prop_map(Entry::Short),
+            (length.clone(), 0u8..=2).prop_map(|(l, d)| Entry::OneLine(l, d)),
+            (length.clone(), -5000i64..5000).prop_map(|(l, d)| Entry::NoColumns(l, d)),
+            (length.clone(), -100_000i64..100_000).prop_map(|(l, d)| Entry::Long(l, d)),
+            length.prop_map(Entry::NoLocation),
+        ]
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn encoded_tables_decode_to_their_lines(
+            entries in proptest::collection::vec(entry(), 0..40),
+            first_line in 0i32..100_000,
+        ) {
+            let (table, lines) = encode(&entries, i64::from(first_line));
+            for (offset, &expected) in (0u32..).zip(&lines) {
+                proptest::prop_assert_eq!(line_at(&table, first_line, offset), expected);
+            }
+            proptest::prop_assert_eq!(line_at(&table, first_line, lines.len() as u32), None);
+        }
+
+        #[test]
+        fn any_bytes_give_a_line_or_none_never_a_panic(
+            table in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..64),
+            first_line in proptest::prelude::any::<i32>(),
+            offset in proptest::prelude::any::<u32>(),
+        ) {
+            let _ = line_at(&table, first_line, offset);
+        }
+    }
 }
