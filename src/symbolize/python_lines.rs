@@ -265,7 +265,7 @@ mod tests {
                     (length, false)
                 }
             };
-            let shown = (has_line && line >= 0).then(|| line as u32);
+            let shown = (has_line && line >= 0).then_some(line as u32);
             lines.extend(std::iter::repeat_n(shown, usize::from(length)));
         }
         (table, lines)
