@@ -149,3 +149,46 @@ fn without_a_user_sitecustomize_there_is_none_and_an_error_in_one_shows_as_pytho
         "the handler is installed all the same"
     );
 }
+
+#[test]
+fn memwardens_sitecustomize_never_breaks_a_python_it_cannot_serve() {
+    let Some(python) = venv_python("numpy") else {
+        return;
+    };
+    let scratch = Scratch::new("python_site_alone");
+    let script = Script::new(&scratch, "handler.py", SCRIPT);
+    // A run leaves its sitecustomize in DIR/.python: use it without the preload.
+    let run = run_script(&scratch, &python, &script, &[], &[]);
+    assert_success(&run.outcome, "the script under memwarden");
+    let site = run.dir.join(".python");
+    let site = site.to_str().expect("utf-8 path");
+    let bare = |library: Option<&str>| {
+        let mut command = std::process::Command::new(&python);
+        command
+            .arg(script.arg())
+            .env("PYTHONPATH", site)
+            .env_remove("LD_PRELOAD")
+            .current_dir(scratch.path());
+        if let Some(library) = library {
+            command.env("MEMWARDEN_LIBRARY", library);
+        }
+        run_watched(command, None, WATCHDOG, &scratch)
+    };
+
+    // A child that dropped LD_PRELOAD but kept PYTHONPATH: not profiled, nothing to say.
+    let alone = bare(None);
+    assert_success(&alone, "the script with memwarden's sitecustomize alone");
+    assert_eq!(value(&alone.stdout_text(), "main"), ["default_allocator"]);
+    assert_eq!(alone.stderr_text(), "");
+
+    // A loaded library without the handler's exports: one line, and the program runs on.
+    let wrong = bare(Some("libc.so.6"));
+    assert_success(&wrong, "the script with a library lacking the exports");
+    assert_eq!(value(&wrong.stdout_text(), "main"), ["default_allocator"]);
+    let stderr = wrong.stderr_text();
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.starts_with("memwarden: NumPy's data-memory handler not installed ("),
+        "{stderr}"
+    );
+}
