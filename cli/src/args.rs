@@ -28,7 +28,10 @@ usage:
 
 memwarden run      runs CMD with libmemwarden.so preloaded, follows every process it
                    starts and waits for all of them (background ones included), then
-                   writes the report into DIR and prints a summary on stderr
+                   writes the report into DIR and prints a summary on stderr. Python
+                   shows its own lines; NumPy arrays go through memwarden's data-memory
+                   handler, installed by a sitecustomize put first on PYTHONPATH
+                   (docs/python.md)
   -o, --output DIR   output folder (default: ./memwarden-out); profiles of an
                      earlier run in DIR/raw/ are deleted first
   --max-depth N      deepest call stack recorded, 1-256 (default: 64)

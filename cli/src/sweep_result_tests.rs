@@ -11,6 +11,7 @@ fn frame() -> FrameReport {
         module: Some("/bin/p".into()),
         address: Some("0x10".into()),
         inlined: false,
+        kind: memwarden::report::json::FrameKind::Native,
     }
 }
 
@@ -106,7 +107,8 @@ fn sweep_json_has_every_field() {
           "line": 4,
           "module": "/bin/p",
           "address": "0x10",
-          "inlined": false
+          "inlined": false,
+          "kind": "native"
         }"#;
     let expected = format!(
         r#"{{

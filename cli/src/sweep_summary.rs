@@ -128,6 +128,7 @@ mod tests {
             module: Some("/bin/p".into()),
             address: Some("0x10".into()),
             inlined: false,
+            kind: memwarden::report::json::FrameKind::Native,
         }
     }
 
