@@ -220,7 +220,7 @@ fn adopt_own_file(recorder: &Recorder, stacks: u64) -> Result<(), i32> {
     }
     let file = &recorder.file;
     let layout = *file.layout();
-    let identity = Identity::of_this_process(recorder.config.max_depth() as u32);
+    let identity = Identity::of_this_process(recorder.deepest_stack());
     let fd = profile_file::create_file(&recorder.config.output_dir, &identity, &layout)?;
     let mut at = 0usize;
     for (offset, len) in used_regions_of_copy(recorder, stacks) {

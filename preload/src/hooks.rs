@@ -147,6 +147,18 @@ pub fn set_alignment(alignment: usize) {
     ALIGN.store(alignment, Ordering::Relaxed);
 }
 
+/// An untracked block from glibc, with `--align` applied. A calloc that `--align` turns
+/// into memalign is zeroed here, since memalign does not zero.
+fn untracked_block(source: Source, size: usize) -> *mut c_void {
+    let glibc = aligned(source);
+    let block = from_glibc(glibc, size);
+    if !block.is_null() && matches!((source, glibc), (Source::Calloc, Source::Aligned(_))) {
+        // SAFETY: glibc just made `block` with room for `size` bytes.
+        unsafe { core::ptr::write_bytes(block.cast::<u8>(), 0, size) };
+    }
+    block
+}
+
 /// The source, with `--align` applied.
 #[inline(always)]
 fn aligned(source: Source) -> Source {
@@ -169,7 +181,7 @@ pub fn allocate_outcome(caller: Caller, function: u32, source: Source, size: usi
     if let Some(recorder) = lifecycle::active() {
         let Some(guard) = Guard::enter() else {
             // Re-entered (memwarden's own calls into libc): a plain block, known as such.
-            let block = from_glibc(aligned(source), size);
+            let block = untracked_block(source, size);
             if let Some(header_guard) = guard::header_guard() {
                 header_guard.note_raw(block);
             }
@@ -217,7 +229,7 @@ pub fn allocate_outcome(caller: Caller, function: u32, source: Source, size: usi
             });
         }
     }
-    let block = from_glibc(aligned(source), size);
+    let block = untracked_block(source, size);
     if lifecycle::starting() {
         crate::preinit::note(block);
     }
@@ -233,7 +245,7 @@ pub fn allocate_unguarded(
     size: usize,
 ) -> Outcome {
     let Some((offset, glibc, total)) = tracked_layout(aligned(source), size) else {
-        return Outcome::from_block(from_glibc(aligned(source), size));
+        return Outcome::from_block(untracked_block(source, size));
     };
     let base = from_glibc(glibc, total);
     if base.is_null() {

@@ -70,6 +70,16 @@ impl Recorder {
         stack
     }
 
+    /// The deepest stack this process records: the native depth limit, or the format's
+    /// when Python frames come on top of it.
+    pub fn deepest_stack(&self) -> u32 {
+        if python_runtime::runtime().is_some() {
+            memwarden_abi::MAX_DEPTH_LIMIT
+        } else {
+            self.config.max_depth() as u32
+        }
+    }
+
     /// The id of a stack of frames (native return addresses or tagged words).
     pub fn intern(&self, frames: &[u64]) -> u32 {
         self.stacks.intern(&self.file, frames)
