@@ -11,6 +11,7 @@ use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicU8, Ordering};
 
 use memwarden_abi::{failed_function, FailureRecord, Header};
+use memwarden_abi::python::{decode, FrameWord};
 use memwarden_faults::{calls, parse_rules, site_key, Call, FrameGlob, FrameTarget, Rule};
 
 use crate::elf_symbols::SymbolCache;
@@ -254,9 +255,15 @@ impl Injector {
         let Some(snapshot) = snapshot::snapshot() else {
             return NO;
         };
+        // Native frames only: Python frames and markers are not addresses (and the report
+        // computes its site keys the same way).
+        let native = |word: &&u64| matches!(decode(**word), FrameWord::Native(_));
         let frames = recorder.frames_of(stack);
         if let Some(wanted) = rule.site {
-            let mut keyed = frames.iter().map(|&ra| site_part(snapshot, ra));
+            let mut keyed = frames
+                .iter()
+                .filter(native)
+                .map(|&ra| site_part(snapshot, ra));
             if site_key(&mut keyed) != wanted {
                 return NO;
             }
@@ -274,7 +281,7 @@ impl Injector {
             .iter()
             .chain(&rule.never_in)
             .any(|g| matches!(g.target, FrameTarget::File | FrameTarget::Any));
-        for &ra in frames {
+        for &ra in frames.iter().filter(native) {
             let call = ra.wrapping_sub(1);
             let (path, base) = snapshot.module_of(call).unwrap_or((b"", 0));
             let module = file_name(path);
