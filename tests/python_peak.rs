@@ -1,8 +1,9 @@
 //! Known answers for a Python script: NumPy arrays of known sizes, made in known functions
 //! at known lines and alive together at the peak, are charged to their lines exactly (the
 //! data goes through memwarden's handler, category `numpy`); an array freed before the
-//! peak is absent from it; a native `malloc` called through ctypes is seen with its Python
-//! caller; a `threading.Thread`'s array is charged to the thread function's line.
+//! peak is absent from it; NumPy's small-buffer cache hides no allocation; a native
+//! `malloc` called through ctypes is seen with its Python caller; a `threading.Thread`'s
+//! array is charged to the thread function's line.
 
 mod common;
 use common::python::*;
@@ -35,11 +36,18 @@ def native_malloc():
     kept.append(malloc(12345))  # CTYPES
 
 
+def small_arrays():
+    for _ in range(100):
+        a = np.empty(10)  # SMALL
+        del a
+
+
 def in_thread():
     kept.append(np.ones(300_000))  # THREAD
 
 
 make_temporary()
+small_arrays()
 make_ones()
 make_zeros()
 native_malloc()
@@ -110,6 +118,20 @@ fn arrays_alive_at_the_peak_are_charged_to_their_lines_exactly() {
     assert_eq!(
         data.iter().map(|s| s.at_peak_bytes).sum::<u64>(),
         0,
+        "{about}"
+    );
+
+    // NumPy's cache of small buffers belongs to its default functions, which memwarden's
+    // replaced: each of the 100 small arrays is an allocation of its own.
+    let small = script.line_of("# SMALL");
+    let data: Vec<&PyStack> = process.numpy_stacks_at(&script, small).collect();
+    assert_eq!(
+        (
+            data.iter().map(|s| s.allocations).sum::<u64>(),
+            data.iter().map(|s| s.allocated_bytes).sum::<u64>(),
+            data.iter().map(|s| s.at_peak_bytes).sum::<u64>(),
+        ),
+        (100, 8000, 0),
         "{about}"
     );
 
