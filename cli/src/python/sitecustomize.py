@@ -29,6 +29,8 @@ _API_GET_HANDLER = 305
 _FEATURE_VERSION_1_22 = 0xF
 # What `memwarden run` sets: the path of libmemwarden.so.
 _LIBRARY_VARIABLE = "MEMWARDEN_LIBRARY"
+# No value.
+_ABSENT = object()
 
 
 def _say(message):
@@ -48,17 +50,23 @@ class _NumpyWatch:
     # Marks a watch of any copy of this file (a memwarden run inside another one), so that
     # one watch is installed and none asks another.
     memwarden_numpy_watch = True
+    # The core module, when its loader could not be wrapped (a class, as for a NumPy built
+    # into the interpreter): the handler is installed at the first import after it.
+    waiting = None
 
     @classmethod
     def find_spec(cls, name, path=None, target=None):
-        if name not in _CORE_MODULES:
+        if cls.waiting is None and name not in _CORE_MODULES:
             return None
         try:
-            return cls._watched_spec(name, path, target)
+            if cls.waiting is not None:
+                cls._install_if_loaded()
+            if name in _CORE_MODULES:
+                return cls._watched_spec(name, path, target)
         except Exception as error:
             _say("cannot watch the import of %s: %r" % (name, error))
             cls.stop()
-            return None
+        return None
 
     @classmethod
     def _watched_spec(cls, name, path, target):
@@ -74,13 +82,17 @@ class _NumpyWatch:
         run = getattr(loader, "exec_module", None)
         if run is None:
             return spec
+        if isinstance(loader, type) or not hasattr(loader, "__dict__"):
+            cls.waiting = name
+            return spec
+        # What the loader object itself held, put back before the module runs.
+        own = loader.__dict__.get("exec_module", _ABSENT)
 
         def exec_module(module):
-            # The instance attribute shadows the class's method once: take it back first.
-            try:
+            if own is _ABSENT:
                 del loader.exec_module
-            except AttributeError:
-                pass
+            else:
+                loader.exec_module = own
             run(module)
             if getattr(module, "_ARRAY_API", None) is not None:
                 cls.stop()
@@ -88,6 +100,14 @@ class _NumpyWatch:
 
         loader.exec_module = exec_module
         return spec
+
+    @classmethod
+    def _install_if_loaded(cls):
+        core = sys.modules.get(cls.waiting)
+        if getattr(core, "_ARRAY_API", None) is not None:
+            cls.waiting = None
+            cls.stop()
+            _install_handler(core)
 
     @classmethod
     def stop(cls):
