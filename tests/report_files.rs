@@ -79,12 +79,21 @@ fn report_json_has_every_field_of_the_contract() {
     for process in json["processes"].as_array().expect("processes is an array") {
         assert_keys(process, PROCESS_KEYS, "a process");
         assert_keys(&process["totals"], TOTALS_KEYS, "totals");
+        // Format 5: the process's frames once each, and stacks naming them by index.
+        let table = process["frames"].as_array().expect("frames is an array");
+        for frame in table {
+            assert_keys(frame, FRAME_KEYS, "a frame");
+        }
         let stacks = process["stacks"].as_array().expect("stacks is an array");
         assert!(!stacks.is_empty(), "the process has stacks");
         for stack in stacks {
             assert_keys(stack, STACK_KEYS, "a stack");
-            for frame in stack["frames"].as_array().expect("frames is an array") {
-                assert_keys(frame, FRAME_KEYS, "a frame");
+            for index in stack["frames"].as_array().expect("frames is an array") {
+                let index = index.as_u64().expect("a stack's frame is an index");
+                assert!(
+                    (index as usize) < table.len(),
+                    "frame {index} is in the table"
+                );
             }
         }
     }

@@ -33,7 +33,7 @@ pub(crate) fn guard_line(p: &ProcessReport) -> Option<String> {
 /// left out.
 pub(crate) fn write_errors(out: &mut String, p: &ProcessReport) {
     for error in p.errors.iter().take(MAX_ERRORS_SHOWN) {
-        write_error(out, error);
+        write_error(out, p, error);
     }
     let stored = p.errors.len() as u64;
     let shown = stored.min(MAX_ERRORS_SHOWN as u64);
@@ -71,7 +71,12 @@ pub(crate) fn total_line(processes: &[ProcessReport]) -> Option<String> {
     })
 }
 
-fn write_error(out: &mut String, e: &ErrorReport) {
+fn write_error(out: &mut String, p: &ProcessReport, e: &ErrorReport) {
+    let (stack, alloc_stack, free_stack) = (
+        resolved(p, &e.stack),
+        resolved(p, &e.alloc_stack),
+        resolved(p, &e.free_stack),
+    );
     if e.kind == "invalid-alignment" {
         let _ = writeln!(
             out,
@@ -85,12 +90,11 @@ fn write_error(out: &mut String, e: &ErrorReport) {
             e.kind, e.address, e.pid
         );
     }
-    let _ = writeln!(out, "  at  {}", stack_chain(e.stack.as_deref()));
-    for line in location(e) {
+    let _ = writeln!(out, "  at  {}", stack_chain(stack.as_deref()));
+    for line in location(e, alloc_stack.as_deref(), free_stack.as_deref()) {
         let _ = writeln!(out, "{line}");
     }
-    let place = e
-        .stack
+    let place = stack
         .as_deref()
         .filter(|frames| !frames.is_empty())
         .map_or_else(
@@ -101,7 +105,11 @@ fn write_error(out: &mut String, e: &ErrorReport) {
 }
 
 /// What the error's address and block are, then the block's allocation and free stacks.
-fn location(e: &ErrorReport) -> Vec<String> {
+fn location(
+    e: &ErrorReport,
+    alloc_stack: Option<&[&FrameReport]>,
+    free_stack: Option<&[&FrameReport]>,
+) -> Vec<String> {
     let mut lines = Vec::new();
     let introduction = match e.kind.as_str() {
         "invalid-alignment" => {
@@ -132,11 +140,8 @@ fn location(e: &ErrorReport) -> Vec<String> {
         ),
     };
     lines.push(introduction);
-    lines.push(format!(
-        "{STACK_INDENT}{}",
-        stack_chain(e.alloc_stack.as_deref())
-    ));
-    if let Some(freed) = e.free_stack.as_deref() {
+    lines.push(format!("{STACK_INDENT}{}", stack_chain(alloc_stack)));
+    if let Some(freed) = free_stack {
         lines.push("  freed at".to_owned());
         lines.push(format!("{STACK_INDENT}{}", stack_chain(Some(freed))));
     }
@@ -167,7 +172,12 @@ fn plural(n: u64) -> &'static str {
     }
 }
 
-fn stack_chain(frames: Option<&[FrameReport]>) -> String {
+/// An error's stack, its frames looked up in the process's table.
+fn resolved<'a>(p: &'a ProcessReport, stack: &'a Option<Vec<u32>>) -> Option<Vec<&'a FrameReport>> {
+    stack.as_deref().map(|s| p.resolve(s))
+}
+
+fn stack_chain(frames: Option<&[&FrameReport]>) -> String {
     match frames {
         Some(frames) if !frames.is_empty() => chain_of(frames, ERROR_FRAMES),
         _ => shorten(UNKNOWN_STACK_LABEL),

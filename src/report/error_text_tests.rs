@@ -6,7 +6,7 @@ use crate::report::json::Report;
 use crate::report::test_report::process_report;
 use crate::report::text::{summary, Style};
 
-fn frame(function: &str, file: &str, line: u32) -> FrameReport {
+fn frame_report(function: &str, file: &str, line: u32) -> FrameReport {
     FrameReport {
         function: Some(function.to_owned()),
         file: Some(format!("/src/{file}")),
@@ -16,6 +16,36 @@ fn frame(function: &str, file: &str, line: u32) -> FrameReport {
         inlined: false,
         kind: crate::report::json::FrameKind::Native,
     }
+}
+
+/// The frame table of the processes of these tests; [`frame`] gives each's index.
+const TABLE: [(&str, &str, u32); 8] = [
+    ("overflow", "bug.c", 12),
+    ("main", "bug.c", 30),
+    ("malloc", "hooks.rs", 1),
+    ("make_block", "bug.c", 5),
+    ("main", "bug.c", 29),
+    ("free", "hooks.rs", 1),
+    ("release", "bug.c", 8),
+    ("main", "bug.c", 31),
+];
+
+/// A process whose frame table is [`TABLE`].
+fn process(pid: u32, argv: &[&str]) -> ProcessReport {
+    let mut p = process_report(pid, argv);
+    p.frames = TABLE
+        .iter()
+        .map(|&(function, file, line)| frame_report(function, file, line))
+        .collect();
+    p
+}
+
+/// The index of a frame of [`TABLE`].
+fn frame(function: &str, file: &str, line: u32) -> u32 {
+    TABLE
+        .iter()
+        .position(|&f| f == (function, file, line))
+        .expect("a frame of TABLE") as u32
 }
 
 fn error(kind: &str, block_size: u64, offset: i64) -> ErrorReport {
@@ -41,7 +71,7 @@ fn error(kind: &str, block_size: u64, offset: i64) -> ErrorReport {
 
 fn text(e: &ErrorReport) -> String {
     let mut out = String::new();
-    write_error(&mut out, e);
+    write_error(&mut out, &process(e.pid, &["./bug"]), e);
     out
 }
 
@@ -146,7 +176,7 @@ SUMMARY: memwarden: double-free at an unknown place
 
 #[test]
 fn the_summary_shows_errors_after_their_process_and_a_closing_count() {
-    let mut p = process_report(1234, &["./bug"]);
+    let mut p = process(1234, &["./bug"]);
     p.guard_mode = "header".to_owned();
     p.errors = vec![error("heap-buffer-overflow", 100, 104)];
     p.error_count = 1;
@@ -195,7 +225,7 @@ fn without_guards_nothing_is_said_and_left_out_errors_are_counted() {
     assert_eq!(guard_line(&plain), None);
     assert_eq!(total_line(std::slice::from_ref(&plain)), None);
 
-    let mut p = process_report(7, &["./bug"]);
+    let mut p = process(7, &["./bug"]);
     p.guard_mode = "page".to_owned();
     p.errors = vec![error("double-free", 100, 0); MAX_ERRORS_SHOWN + 2];
     p.error_count = 5000;

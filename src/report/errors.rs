@@ -4,10 +4,9 @@
 use memwarden_abi::{error_kind, ErrorRecord, UNKNOWN_STACK_ID};
 use serde::{Deserialize, Serialize};
 
+use super::frame_table::FrameTable;
 use super::frames::shown_frames;
-use super::json::{ms, FrameReport};
-use crate::profile::Profile;
-use crate::symbolize::Symbolizer;
+use super::json::ms;
 
 /// One heap error found by a guard.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -24,12 +23,13 @@ pub struct ErrorReport {
     /// ≥ `block_size`: after its end); for `size-mismatch`, the size the deallocation
     /// claimed; for `invalid-alignment`, the alignment asked for.
     pub offset: i64,
-    /// Where it happened (the bad access or call), innermost first; null if unknown.
-    pub stack: Option<Vec<FrameReport>>,
+    /// Where it happened (the bad access or call), innermost first, as indices into the
+    /// process's `frames` (like the other two stacks); null if unknown.
+    pub stack: Option<Vec<u32>>,
     /// Where the block was allocated; null if unknown.
-    pub alloc_stack: Option<Vec<FrameReport>>,
+    pub alloc_stack: Option<Vec<u32>>,
     /// Where the block was freed; null if it was not, or if unknown.
-    pub free_stack: Option<Vec<FrameReport>>,
+    pub free_stack: Option<Vec<u32>>,
     /// ms after the process started.
     pub time_ms: f64,
     /// The process it happened in.
@@ -45,16 +45,14 @@ impl ErrorReport {
 }
 
 /// The process's stored heap errors, in the order they were found.
-pub(crate) fn errors(profile: &Profile, symbolizer: &mut Symbolizer) -> Vec<ErrorReport> {
-    profile
-        .errors
-        .iter()
-        .map(|e| error(profile, e, symbolizer))
-        .collect()
+pub(crate) fn errors(table: &mut FrameTable) -> Vec<ErrorReport> {
+    let profile = table.profile();
+    profile.errors.iter().map(|e| error(e, table)).collect()
 }
 
-fn error(profile: &Profile, e: &ErrorRecord, symbolizer: &mut Symbolizer) -> ErrorReport {
-    let mut frames = |id| stack_frames(profile, id, symbolizer);
+fn error(e: &ErrorRecord, table: &mut FrameTable) -> ErrorReport {
+    let profile = table.profile();
+    let mut frames = |id| stack_frames(id, table);
     ErrorReport {
         kind: error_kind::name(e.kind).to_owned(),
         address: format!("{:#x}", e.address),
@@ -70,13 +68,12 @@ fn error(profile: &Profile, e: &ErrorRecord, symbolizer: &mut Symbolizer) -> Err
 
 /// The frames of stack `id`, trimmed like every stack's; `None` for the unknown stack and
 /// for a stack that was never published.
-fn stack_frames(
-    profile: &Profile,
-    id: u32,
-    symbolizer: &mut Symbolizer,
-) -> Option<Vec<FrameReport>> {
-    let stack = profile.stack(id).filter(|s| s.id != UNKNOWN_STACK_ID)?;
-    Some(shown_frames(profile, &stack.frames, symbolizer))
+fn stack_frames(id: u32, table: &mut FrameTable) -> Option<Vec<u32>> {
+    let stack = table
+        .profile()
+        .stack(id)
+        .filter(|s| s.id != UNKNOWN_STACK_ID)?;
+    Some(shown_frames(table, &stack.frames))
 }
 
 #[cfg(test)]

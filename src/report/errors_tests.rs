@@ -6,6 +6,7 @@ use std::fs;
 use memwarden_abi::{error_kind, guard_mode, ErrorRecord};
 
 use crate::profile::synthetic::{stack_record, ProfileBuilder, SyntheticModule};
+use crate::report::read::parse_with_frames_inlined;
 use crate::report::{generate, Options};
 
 #[test]
@@ -52,7 +53,8 @@ fn errors_are_reported_with_their_stacks_mode_and_count() {
     let done = generate(dir.path(), &Options::default()).unwrap();
 
     let json: serde_json::Value =
-        serde_json::from_str(&fs::read_to_string(dir.path().join("report.json")).unwrap()).unwrap();
+        parse_with_frames_inlined(&fs::read_to_string(dir.path().join("report.json")).unwrap())
+            .unwrap();
     let p = &json["processes"][0];
     let frame = |address: &str| {
         serde_json::json!({"function": null, "file": null, "line": null,
@@ -110,7 +112,8 @@ fn without_guards_the_mode_is_none_and_nothing_is_said() {
     .unwrap();
     let done = generate(dir.path(), &Options::default()).unwrap();
     let json: serde_json::Value =
-        serde_json::from_str(&fs::read_to_string(dir.path().join("report.json")).unwrap()).unwrap();
+        parse_with_frames_inlined(&fs::read_to_string(dir.path().join("report.json")).unwrap())
+            .unwrap();
     let p = &json["processes"][0];
     assert_eq!(
         (&p["guard_mode"], &p["error_count"], &p["errors"]),

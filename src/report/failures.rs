@@ -4,11 +4,9 @@
 use memwarden_abi::{failed_function, FailureRecord, UNKNOWN_STACK_ID};
 use serde::{Deserialize, Serialize};
 
+use super::frame_table::FrameTable;
 use super::frames::{shown_crash_frames, shown_frames};
-use super::json::{unknown_stack_frames, FrameReport};
 use super::site::site_hex;
-use crate::profile::Profile;
-use crate::symbolize::Symbolizer;
 
 /// One allocation that a `--fail` rule made fail.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -29,8 +27,9 @@ pub struct FailureReport {
     pub stack_id: u32,
     /// The calling stack's call-site key, as `--fail site=` takes it; null if unknown.
     pub site: Option<String>,
-    /// The calling stack, innermost first, shown like the stacks' frames.
-    pub frames: Vec<FrameReport>,
+    /// The calling stack, innermost first, shown like the stacks' frames: indices into the
+    /// process's `frames`.
+    pub frames: Vec<u32>,
     /// The process it happened in.
     pub pid: u32,
 }
@@ -40,27 +39,26 @@ pub struct FailureReport {
 pub struct CrashReport {
     /// The signal number.
     pub signal: u32,
-    /// Innermost first; the first is the faulting instruction.
-    pub frames: Vec<FrameReport>,
+    /// Innermost first, the first the faulting instruction: indices into the process's
+    /// `frames`.
+    pub frames: Vec<u32>,
 }
 
 /// The process's stored failures, in order.
-pub(crate) fn failures(profile: &Profile, symbolizer: &mut Symbolizer) -> Vec<FailureReport> {
-    profile
-        .failures
-        .iter()
-        .map(|f| failure(profile, f, symbolizer))
-        .collect()
+pub(crate) fn failures(table: &mut FrameTable) -> Vec<FailureReport> {
+    let profile = table.profile();
+    profile.failures.iter().map(|f| failure(f, table)).collect()
 }
 
-fn failure(profile: &Profile, f: &FailureRecord, symbolizer: &mut Symbolizer) -> FailureReport {
+fn failure(f: &FailureRecord, table: &mut FrameTable) -> FailureReport {
+    let profile = table.profile();
     let stack = profile.stack(f.stack).filter(|s| s.id != UNKNOWN_STACK_ID);
     let (site, frames) = match stack {
         Some(stack) => (
             Some(site_hex(profile, &stack.frames)),
-            shown_frames(profile, &stack.frames, symbolizer),
+            shown_frames(table, &stack.frames),
         ),
-        None => (None, unknown_stack_frames()),
+        None => (None, vec![table.unknown_stack()]),
     };
     FailureReport {
         seq: f.seq,
@@ -77,10 +75,10 @@ fn failure(profile: &Profile, f: &FailureRecord, symbolizer: &mut Symbolizer) ->
 }
 
 /// The crash, if the preload caught one.
-pub(crate) fn crash(profile: &Profile, symbolizer: &mut Symbolizer) -> Option<CrashReport> {
-    let crash = profile.crash.as_ref()?;
+pub(crate) fn crash(table: &mut FrameTable) -> Option<CrashReport> {
+    let crash = table.profile().crash.as_ref()?;
     Some(CrashReport {
         signal: crash.signal,
-        frames: shown_crash_frames(profile, &crash.frames, symbolizer),
+        frames: shown_crash_frames(table, &crash.frames),
     })
 }

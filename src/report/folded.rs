@@ -113,15 +113,20 @@ pub fn folded(report: &Report, measure: Measure) -> String {
     let mut lines: BTreeMap<String, u64> = BTreeMap::new();
     for process in &report.processes {
         let root = process_label(process);
+        let labels: Vec<String> = process
+            .frames
+            .iter()
+            .map(|f| sanitize(&f.label()))
+            .collect();
         for stack in &process.stacks {
             let count = measure.of_stack(stack);
             if count == 0 {
                 continue;
             }
             let mut line = root.clone();
-            for frame in stack.frames.iter().rev() {
+            for &frame in stack.frames.iter().rev() {
                 line.push(';');
-                line.push_str(&sanitize(&frame.label()));
+                line.push_str(&labels[frame as usize]);
             }
             *lines.entry(line).or_default() += count;
         }
@@ -141,12 +146,12 @@ mod tests {
     fn lines_run_root_first_merge_equal_stacks_and_skip_zeros() {
         let mut a = process_report(10, &["prog", "--x"]);
         a.stacks = vec![
-            stack_report(1, &["leaf", "mid", "main"], 100, 7, 1000),
-            stack_report(2, &["leaf", "mid", "main"], 50, 0, 10),
-            stack_report(3, &["other;odd", "main"], 0, 3, 5),
+            stack_report(&mut a, 1, &["leaf", "mid", "main"], 100, 7, 1000),
+            stack_report(&mut a, 2, &["leaf", "mid", "main"], 50, 0, 10),
+            stack_report(&mut a, 3, &["other;odd", "main"], 0, 3, 5),
         ];
         let mut b = process_report(11, &["child"]);
-        b.stacks = vec![stack_report(1, &["work"], 8, 8, 8)];
+        b.stacks = vec![stack_report(&mut b, 1, &["work"], 8, 8, 8)];
         let report = Report {
             format_version: 1,
             command: vec![],
@@ -170,7 +175,7 @@ mod tests {
     #[test]
     fn nothing_to_count_gives_no_lines() {
         let mut p = process_report(1, &["x"]);
-        p.stacks = vec![stack_report(1, &["f"], 0, 0, 64)];
+        p.stacks = vec![stack_report(&mut p, 1, &["f"], 0, 0, 64)];
         let report = Report {
             format_version: 1,
             command: vec![],

@@ -5,10 +5,10 @@
 
 use memwarden_abi::python::{self, FrameWord};
 
-use super::json::{file_name, FrameReport};
-use crate::profile::Profile;
+use super::frame_table::{FrameTable, Lookup};
+use super::json::file_name;
 use crate::python::{is_interpreter, is_profiler, module_of_word};
-use crate::symbolize::{Frame, FrameKind, Symbolizer};
+use crate::symbolize::{Frame, FrameKind};
 
 /// Frames in a module whose file name starts so are the profiler's own (its wrapper
 /// around `main`, say).
@@ -26,35 +26,24 @@ const START_UP_FUNCTIONS: &[&str] = &[
     "__libc_start_call_main",
 ];
 
-/// The frames of the frame words of one stack of `profile`, innermost first.
-pub(crate) fn shown_frames(
-    profile: &Profile,
-    words: &[u64],
-    symbolizer: &mut Symbolizer,
-) -> Vec<FrameReport> {
-    shown(profile, words, false, symbolizer)
+/// The frames of the frame words of one stack of the table's process, innermost first, as
+/// indices into the table.
+pub(crate) fn shown_frames(table: &mut FrameTable, words: &[u64]) -> Vec<u32> {
+    shown(table, words, false)
 }
 
 /// The frames of a crash stack: like [`shown_frames`], but `words[0]` is the faulting
 /// instruction's address, not a return address.
-pub(crate) fn shown_crash_frames(
-    profile: &Profile,
-    words: &[u64],
-    symbolizer: &mut Symbolizer,
-) -> Vec<FrameReport> {
-    shown(profile, words, true, symbolizer)
+pub(crate) fn shown_crash_frames(table: &mut FrameTable, words: &[u64]) -> Vec<u32> {
+    shown(table, words, true)
 }
 
 fn is_python(word: u64) -> bool {
     matches!(python::decode(word), FrameWord::Python { .. })
 }
 
-fn shown(
-    profile: &Profile,
-    words: &[u64],
-    first_is_instruction: bool,
-    symbolizer: &mut Symbolizer,
-) -> Vec<FrameReport> {
+fn shown(table: &mut FrameTable, words: &[u64], first_is_instruction: bool) -> Vec<u32> {
+    let profile = table.profile();
     let innermost_python = words.iter().position(|&w| is_python(w));
     // The outermost Python frame (the script's `<module>`, a thread's bootstrap) is the
     // root: outside it only the interpreter's start-up or a thread's start remain.
@@ -62,51 +51,32 @@ fn shown(
     let words = &words[..root.map_or(words.len(), |r| r + 1)];
     // Symbolized innermost first, and no further than `main`: the start-up code above it is
     // cut anyway, and symbolizing it would load libc's debug information for nothing.
-    let mut frames = Vec::new();
+    let mut frames: Vec<u32> = Vec::with_capacity(words.len());
     for (index, &word) in words.iter().enumerate() {
-        let address = match python::decode(word) {
-            FrameWord::Marker(_) => continue,
-            FrameWord::Python {
-                code,
-                value,
-                line_resolved,
-            } => {
-                frames.push(symbolizer.python_frame(profile, code, value, line_resolved));
+        if let FrameWord::Native(_) = python::decode(word) {
+            // The profiler's own frames are left out unsymbolized: its library may have
+            // been rebuilt since the run, and there is nothing to show anyway.
+            let module = module_of_word(profile, word);
+            let above_python = innermost_python.is_some_and(|innermost| index > innermost);
+            if module.is_some_and(is_profiler) || above_python && module.is_some_and(is_interpreter)
+            {
                 continue;
             }
-            FrameWord::Native(address) => address,
-        };
-        // The profiler's own frames are left out unsymbolized: its library may have been
-        // rebuilt since the run, and there is nothing to show anyway.
-        let module = module_of_word(profile, word);
-        let above_python = innermost_python.is_some_and(|innermost| index > innermost);
-        if module.is_some_and(is_profiler) || above_python && module.is_some_and(is_interpreter) {
-            continue;
         }
-        let symbolized = if index == 0 && first_is_instruction {
-            symbolizer.instruction_frames(profile, address)
+        let how = if index == 0 && first_is_instruction {
+            Lookup::Instruction
         } else {
-            symbolizer.frames(profile, address)
+            Lookup::Return
         };
-        let reached_entry = symbolized.iter().any(is_entry);
+        let symbolized = table.lookup(word, how);
+        let reached_entry = symbolized.clone().any(|i| is_entry(table.frame(i)));
         frames.extend(symbolized);
         if reached_entry {
             break;
         }
     }
-    trim(frames).into_iter().map(report_frame).collect()
-}
-
-fn report_frame(f: Frame) -> FrameReport {
-    FrameReport {
-        function: f.function,
-        file: f.file,
-        line: f.line,
-        module: f.module,
-        address: (f.kind == FrameKind::Native).then(|| format!("{:#x}", f.address)),
-        inlined: f.inlined,
-        kind: f.kind,
-    }
+    let kept = trim(frames, |&i| table.frame(i));
+    table.show(&kept)
 }
 
 /// The program's own `main` (not an inlined copy, not a Python function): the outermost
@@ -120,15 +90,15 @@ fn is_entry(frame: &Frame) -> bool {
 /// Drops the profiler's frames, and every frame outside the first (innermost) `main`;
 /// without a `main` (a `main` that tail-calls, like CPython's `Py_BytesMain`), the C
 /// start-up frames that end the stack.
-fn trim(frames: Vec<Frame>) -> Vec<Frame> {
-    let mut shown: Vec<Frame> = frames
+fn trim<'f, T>(frames: Vec<T>, frame: impl Fn(&T) -> &'f Frame) -> Vec<T> {
+    let mut shown: Vec<T> = frames
         .into_iter()
-        .filter(|f| !is_profiler_frame(f))
+        .filter(|f| !is_profiler_frame(frame(f)))
         .collect();
-    if let Some(entry) = shown.iter().position(is_entry) {
+    if let Some(entry) = shown.iter().position(|f| is_entry(frame(f))) {
         shown.truncate(entry + 1);
     }
-    while shown.len() > 1 && shown.last().is_some_and(is_start_up) {
+    while shown.len() > 1 && shown.last().is_some_and(|f| is_start_up(frame(f))) {
         shown.pop();
     }
     shown
@@ -174,6 +144,12 @@ mod tests {
         }
     }
 
+    /// [`trim`] on frames themselves.
+    fn trimmed(frames: Vec<Frame>) -> Vec<Frame> {
+        let kept = trim((0..frames.len()).collect(), |&i| &frames[i]);
+        kept.into_iter().map(|i| frames[i].clone()).collect()
+    }
+
     fn functions(frames: &[Frame]) -> Vec<&str> {
         frames
             .iter()
@@ -193,7 +169,7 @@ mod tests {
             frame("__libc_start_call_main", "/lib/libc.so.6"),
             frame("_start", "/t/prog"),
         ];
-        assert_eq!(functions(&trim(frames)), ["leaf", "main"]);
+        assert_eq!(functions(&trimmed(frames)), ["leaf", "main"]);
     }
 
     #[test]
@@ -205,9 +181,9 @@ mod tests {
             frame("__libc_start_main_impl", "/lib/libc.so.6"),
             frame("_start", "/usr/bin/python3.11"),
         ];
-        assert_eq!(functions(&trim(frames)), ["PyList_New", "Py_BytesMain"]);
+        assert_eq!(functions(&trimmed(frames)), ["PyList_New", "Py_BytesMain"]);
         let only = vec![frame("_start", "/t/prog")];
-        assert_eq!(functions(&trim(only)), ["_start"]);
+        assert_eq!(functions(&trimmed(only)), ["_start"]);
     }
 
     #[test]
@@ -227,7 +203,7 @@ mod tests {
             python("<module>", "/work/sitecustomize.py"),
         ];
         assert_eq!(
-            functions(&trim(frames)),
+            functions(&trimmed(frames)),
             ["_call_with_frames_removed", "<module>"]
         );
     }
@@ -238,7 +214,7 @@ mod tests {
             frame("worker", "/t/prog"),
             frame("start_thread", "/lib/libc.so.6"),
         ];
-        assert_eq!(functions(&trim(frames)), ["worker", "start_thread"]);
+        assert_eq!(functions(&trimmed(frames)), ["worker", "start_thread"]);
         let mut inlined = frame("main", "/t/prog");
         inlined.inlined = true;
         let frames = vec![
@@ -247,7 +223,7 @@ mod tests {
             frame("main", "/t/prog"),
             frame("_start", "/t/prog"),
         ];
-        assert_eq!(functions(&trim(frames)), ["main", "outer", "main"]);
+        assert_eq!(functions(&trimmed(frames)), ["main", "outer", "main"]);
     }
 
     mod python_stacks {
@@ -258,6 +234,9 @@ mod tests {
         use crate::profile::synthetic::{
             stack_record, ProfileBuilder, SyntheticCode, SyntheticModule,
         };
+        use crate::profile::Profile;
+        use crate::report::json::FrameReport;
+        use crate::symbolize::Symbolizer;
 
         const PYTHON: u64 = 0x1000_0000;
         const LIBPYTHON: u64 = 0x2000_0000;
@@ -297,9 +276,21 @@ mod tests {
                 .python_code(code("<module>"))
                 .stack(words, stack_record())
                 .build_profile();
-            shown_frames(&profile, words, &mut Symbolizer::new())
+            shown_report_frames(&profile, words)
                 .iter()
                 .map(FrameReport::label)
+                .collect()
+        }
+
+        /// The frames shown for `words` of `profile`, resolved from a fresh table.
+        fn shown_report_frames(profile: &Profile, words: &[u64]) -> Vec<FrameReport> {
+            let mut symbolizer = Symbolizer::new();
+            let mut table = FrameTable::new(profile, &mut symbolizer);
+            let indices = shown_frames(&mut table, words);
+            let frames = table.into_frames();
+            indices
+                .iter()
+                .map(|&i| frames[i as usize].clone())
                 .collect()
         }
 
@@ -348,11 +339,7 @@ mod tests {
                 .python_code(code("make"))
                 .stack(&[python_frame(0, 5, true)], stack_record())
                 .build_profile();
-            let frames = shown_frames(
-                &profile,
-                &[python_frame(0, 5, true)],
-                &mut Symbolizer::new(),
-            );
+            let frames = shown_report_frames(&profile, &[python_frame(0, 5, true)]);
             assert_eq!(
                 frames,
                 [FrameReport {

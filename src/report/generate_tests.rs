@@ -6,6 +6,7 @@ use std::path::Path;
 
 use super::*;
 use crate::profile::synthetic::{stack_record, ProfileBuilder, SyntheticModule};
+use crate::report::read::parse_with_frames_inlined;
 use crate::run_record::{RunRecord, RUN_RECORD_FILE};
 use crate::Exit;
 
@@ -88,8 +89,9 @@ fn a_folder_becomes_a_report_files_and_a_summary() {
     }
 
     let json: serde_json::Value =
-        serde_json::from_str(&fs::read_to_string(dir.path().join("report.json")).unwrap()).unwrap();
-    assert_eq!(json["format_version"], 4);
+        parse_with_frames_inlined(&fs::read_to_string(dir.path().join("report.json")).unwrap())
+            .unwrap();
+    assert_eq!(json["format_version"], 5);
     assert_eq!(json["command"], serde_json::json!(["sh", "-c", "prog a"]));
     let processes = json["processes"].as_array().unwrap();
     let summary: Vec<_> = processes
@@ -275,7 +277,8 @@ fn injected_failures_and_the_crash_are_reported_with_their_stacks() {
 
     let done = generate(dir.path(), &Options::default()).unwrap();
     let json: serde_json::Value =
-        serde_json::from_str(&fs::read_to_string(dir.path().join("report.json")).unwrap()).unwrap();
+        parse_with_frames_inlined(&fs::read_to_string(dir.path().join("report.json")).unwrap())
+            .unwrap();
     let p = &json["processes"][0];
     let key = |frames: &[(&[u8], u64)]| {
         format!(
@@ -315,4 +318,40 @@ fn injected_failures_and_the_crash_are_reported_with_their_stacks() {
     assert!(done.summary.contains(
         "  injected     7 allocation failures (rule 1: 1, rule 2: 1, 5 more not stored)\n  crashed      SIGSEGV at 0x5000 [prog] <- 0x5020 [prog]\n"
     ), "{}", done.summary);
+}
+
+#[test]
+fn stacks_name_their_frames_by_index_into_one_table_per_process() {
+    let dir = tempfile::tempdir().unwrap();
+    let raw = dir.path().join("raw");
+    fs::create_dir_all(&raw).unwrap();
+    let mut record = stack_record();
+    (record.live_bytes, record.live_blocks, record.max_live_bytes) = (8, 1, 8);
+    (record.allocated_bytes, record.allocations) = (8, 1);
+    let mut bigger = record;
+    (bigger.live_bytes, bigger.max_live_bytes, bigger.allocated_bytes) = (16, 16, 16);
+    // Two stacks sharing their outer frame 0x7000.
+    let profile = ProfileBuilder::new(7)
+        .argv(&["prog"])
+        .heap(24, 0)
+        .stack(&[0x6000, 0x7000], record)
+        .stack(&[0x5000, 0x7000], bigger);
+    fs::write(raw.join("7.mwp"), profile.build()).unwrap();
+
+    generate(dir.path(), &Options::default()).unwrap();
+
+    let text = fs::read_to_string(dir.path().join("report.json")).unwrap();
+    let json: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let p = &json["processes"][0];
+    let frame = |address: &str| {
+        serde_json::json!({"function": null, "file": null, "line": null, "module": null,
+            "address": address, "inlined": false, "kind": "native"})
+    };
+    // In the order the stacks (by bytes) first use them, each once.
+    assert_eq!(
+        p["frames"],
+        serde_json::json!([frame("0x5000"), frame("0x7000"), frame("0x6000")])
+    );
+    assert_eq!(p["stacks"][0]["frames"], serde_json::json!([0, 1]));
+    assert_eq!(p["stacks"][1]["frames"], serde_json::json!([2, 1]));
 }

@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use super::errors::ErrorReport;
 use super::failures::{CrashReport, FailureReport};
+use super::frame_table::FrameTable;
 use super::{errors, failures, frames, site};
 use crate::analysis::{ExitSource, Process, StackFigures, Totals};
 use crate::profile::python_version_text;
@@ -15,7 +16,7 @@ use crate::symbolize::Symbolizer;
 use crate::Exit;
 
 /// Version of the `report.json` format.
-pub const REPORT_FORMAT_VERSION: u32 = 4;
+pub const REPORT_FORMAT_VERSION: u32 = 5;
 
 /// Function name given to the single frame of the reserved unknown stack.
 pub const UNKNOWN_STACK_LABEL: &str = "[unknown stack]";
@@ -96,6 +97,9 @@ pub struct ProcessReport {
     /// NumPy array data: sums over the stacks of category `numpy`.
     #[serde(default)]
     pub numpy: NumpyFigures,
+    /// The distinct frames of the process's stacks, failures, crash and errors, each once;
+    /// those refer to them by index.
+    pub frames: Vec<FrameReport>,
     /// Stacks, by bytes at the peak, then bytes allocated.
     pub stacks: Vec<StackReport>,
 }
@@ -119,8 +123,8 @@ pub struct StackReport {
     /// What its blocks are: `numpy` array data, `python` interpreter objects, `native`.
     #[serde(default)]
     pub category: Category,
-    /// Frames, innermost first, one per inline level.
-    pub frames: Vec<FrameReport>,
+    /// Indices into the process's `frames`, innermost first, one per inline level.
+    pub frames: Vec<u32>,
     /// Bytes live at the process's peak.
     pub at_peak_bytes: u64,
     /// Blocks live at the process's peak.
@@ -157,6 +161,21 @@ pub struct FrameReport {
     /// `native` or `python`.
     #[serde(default)]
     pub kind: FrameKind,
+}
+
+impl ProcessReport {
+    /// The frames of the process's table that `indices` name, in order (an index past the
+    /// table's end, which memwarden never writes, is skipped).
+    pub fn frames_of<'a>(&'a self, indices: &'a [u32]) -> impl Iterator<Item = &'a FrameReport> {
+        indices
+            .iter()
+            .filter_map(|&index| self.frames.get(index as usize))
+    }
+
+    /// [`ProcessReport::frames_of`], collected.
+    pub fn resolve<'a>(&'a self, indices: &'a [u32]) -> Vec<&'a FrameReport> {
+        self.frames_of(indices).collect()
+    }
 }
 
 /// The label of a Python frame whose code is unknown (not yet published when the run ended).
@@ -221,6 +240,12 @@ pub(crate) fn ms(ns: u64) -> f64 {
 
 fn process(p: &Process, symbolizer: &mut Symbolizer) -> ProcessReport {
     let profile = p.profile;
+    // Stacks first: the table lists frames in the order the stacks (by peak) first use them.
+    let mut table = FrameTable::new(profile, symbolizer);
+    let stacks = p.stacks.iter().map(|s| stack(p, s, &mut table)).collect();
+    let injected_failures = failures::failures(&mut table);
+    let crash = failures::crash(&mut table);
+    let errors = errors::errors(&mut table);
     ProcessReport {
         pid: profile.pid,
         ppid: profile.ppid,
@@ -247,15 +272,16 @@ fn process(p: &Process, symbolizer: &mut Symbolizer) -> ProcessReport {
             lock_waits: profile.lock_waits,
             heap_cas_retries: profile.heap_cas_retries,
         },
-        injected_failures: failures::failures(profile, symbolizer),
+        injected_failures,
         injected_failure_count: profile.failure_count,
-        crash: failures::crash(profile, symbolizer),
+        crash,
         guard_mode: crate::profile::guard_mode_name(profile.guard_mode).to_owned(),
-        errors: errors::errors(profile, symbolizer),
+        errors,
         error_count: profile.error_count,
         python_version: python_version_text(profile.python_version),
         numpy: p.numpy,
-        stacks: p.stacks.iter().map(|s| stack(p, s, symbolizer)).collect(),
+        frames: table.into_frames(),
+        stacks,
     }
 }
 
@@ -273,8 +299,8 @@ fn degraded(reason: u32, flagged: bool) -> Option<String> {
 }
 
 /// The single frame shown for the reserved unknown stack.
-pub(crate) fn unknown_stack_frames() -> Vec<FrameReport> {
-    vec![FrameReport {
+pub(crate) fn unknown_stack_frame() -> FrameReport {
+    FrameReport {
         function: Some(UNKNOWN_STACK_LABEL.to_owned()),
         file: None,
         line: None,
@@ -282,16 +308,16 @@ pub(crate) fn unknown_stack_frames() -> Vec<FrameReport> {
         address: None,
         inlined: false,
         kind: FrameKind::Native,
-    }]
+    }
 }
 
-fn stack(p: &Process, s: &StackFigures, symbolizer: &mut Symbolizer) -> StackReport {
+fn stack(p: &Process, s: &StackFigures, table: &mut FrameTable) -> StackReport {
     let (site, frames) = if s.stack.id == UNKNOWN_STACK_ID {
-        (None, unknown_stack_frames())
+        (None, vec![table.unknown_stack()])
     } else {
         (
             Some(site::site_hex(p.profile, &s.stack.frames)),
-            frames::shown_frames(p.profile, &s.stack.frames, symbolizer),
+            frames::shown_frames(table, &s.stack.frames),
         )
     };
     StackReport {

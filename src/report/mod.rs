@@ -6,8 +6,10 @@ pub mod errors;
 pub mod failures;
 pub mod flamegraph;
 pub mod folded;
+mod frame_table;
 mod frames;
 pub mod json;
+pub mod read;
 mod site;
 pub mod text;
 

@@ -10,6 +10,7 @@ use serde_json::json;
 
 use super::*;
 use crate::profile::synthetic::{stack_record, ProfileBuilder, SyntheticCode, SyntheticModule};
+use crate::report::read::parse_with_frames_inlined;
 
 const PYTHON: u64 = 0x1000_0000;
 const PROFILER: u64 = 0x4000_0000;
@@ -89,7 +90,8 @@ fn python_frames_categories_and_numpy_figures_reach_every_output() {
     let done = generate(dir.path(), &Options::default()).unwrap();
 
     let json: serde_json::Value =
-        serde_json::from_str(&fs::read_to_string(dir.path().join("report.json")).unwrap()).unwrap();
+        parse_with_frames_inlined(&fs::read_to_string(dir.path().join("report.json")).unwrap())
+            .unwrap();
     let p = &json["processes"][0];
     assert_eq!(p["python_version"], "3.11.7");
     assert_eq!(

@@ -40,8 +40,25 @@ pub(crate) fn process_report(pid: u32, argv: &[&str]) -> ProcessReport {
         error_count: 0,
         python_version: None,
         numpy: NumpyFigures::default(),
+        frames: Vec::new(),
         stacks: Vec::new(),
     }
+}
+
+/// The index of `frame` in `p`'s frame table, entered if it is not there yet.
+pub(crate) fn intern(p: &mut ProcessReport, frame: FrameReport) -> u32 {
+    match p.frames.iter().position(|f| *f == frame) {
+        Some(index) => index as u32,
+        None => {
+            p.frames.push(frame);
+            p.frames.len() as u32 - 1
+        }
+    }
+}
+
+/// The indices of `frames` in `p`'s frame table.
+pub(crate) fn intern_all(p: &mut ProcessReport, frames: Vec<FrameReport>) -> Vec<u32> {
+    frames.into_iter().map(|f| intern(p, f)).collect()
 }
 
 /// A frame with only a function name.
@@ -57,9 +74,10 @@ pub(crate) fn function_frame(function: &str) -> FrameReport {
     }
 }
 
-/// A stack of named functions (innermost first) with these bytes at the peak, live at
-/// exit and allocated; one block per 8 bytes.
+/// A stack of `p` of named functions (innermost first, entered in `p`'s frame table) with
+/// these bytes at the peak, live at exit and allocated; one block per 8 bytes.
 pub(crate) fn stack_report(
+    p: &mut ProcessReport,
     id: u32,
     functions: &[&str],
     at_peak: u64,
@@ -70,7 +88,10 @@ pub(crate) fn stack_report(
         id,
         site: Some(format!("{id:016x}")),
         category: Category::Native,
-        frames: functions.iter().map(|f| function_frame(f)).collect(),
+        frames: functions
+            .iter()
+            .map(|f| intern(p, function_frame(f)))
+            .collect(),
         at_peak_bytes: at_peak,
         at_peak_blocks: at_peak / 8,
         live_bytes: live,

@@ -154,7 +154,7 @@ fn write_process(out: &mut String, p: &ProcessReport, style: &Style) {
             if i == 0 { "at the peak" } else { "" },
             human(stack.at_peak_bytes),
             share,
-            chain(&stack.frames)
+            chain_of(&p.resolve(&stack.frames), CHAIN_FRAMES)
         );
     }
     let t = &p.totals;
@@ -183,9 +183,8 @@ fn write_process(out: &mut String, p: &ProcessReport, style: &Style) {
             .ok()
             .and_then(crate::exit::signal_name)
             .map_or_else(|| format!("signal {}", crash.signal), str::to_owned);
-        let place: Vec<String> = crash
-            .frames
-            .iter()
+        let place: Vec<String> = p
+            .frames_of(&crash.frames)
             .take(CHAIN_FRAMES)
             .map(|f| shorten(&f.label()))
             .collect();
@@ -281,12 +280,12 @@ fn is_allocator_frame(frame: &FrameReport) -> bool {
 
 /// The innermost few frames that are not allocator plumbing, innermost first.
 pub fn chain(frames: &[FrameReport]) -> String {
-    chain_of(frames, CHAIN_FRAMES)
+    chain_of(&frames.iter().collect::<Vec<_>>(), CHAIN_FRAMES)
 }
 
 /// Like [`chain`], with at most `count` frames. A stack with Python frames starts at the
 /// innermost one: the Python line that allocated says more than the C code beneath it.
-pub(crate) fn chain_of(frames: &[FrameReport], count: usize) -> String {
+pub(crate) fn chain_of(frames: &[&FrameReport], count: usize) -> String {
     let first_meaningful = frames
         .iter()
         .position(|f| f.kind == FrameKind::Python)

@@ -1,7 +1,9 @@
 //! Tests of the summary text: exact layout, allocator frames skipped, units.
 
 use super::*;
-use crate::report::test_report::{function_frame, process_report, stack_report};
+use crate::report::test_report::{
+    function_frame, intern, intern_all, process_report, stack_report,
+};
 use crate::Exit;
 
 fn style() -> Style {
@@ -21,15 +23,23 @@ fn summary_shows_exit_peak_top_stacks_totals_and_flags() {
     (p.totals.allocations, p.totals.frees) = (1000, 998);
     p.own_malloc = true;
     p.stacks = vec![
-        stack_report(1, &["malloc", "make_big", "main"], 3 << 20, 0, 3 << 20),
         stack_report(
+            &mut p,
+            1,
+            &["malloc", "make_big", "main"],
+            3 << 20,
+            0,
+            3 << 20,
+        ),
+        stack_report(
+            &mut p,
             2,
             &["operator new(unsigned long)", "make_small", "main"],
             1 << 20,
             100,
             1 << 20,
         ),
-        stack_report(3, &["third"], 0, 0, 100),
+        stack_report(&mut p, 3, &["third"], 0, 0, 100),
     ];
     let report = Report {
         format_version: 1,
@@ -141,7 +151,11 @@ fn units_and_grouping() {
     assert_eq!(bytes(2048), "2.0 KiB (2,048 bytes)");
 }
 
-fn injected_failure(seq: u64, rule: u32) -> crate::report::failures::FailureReport {
+fn injected_failure(
+    p: &mut ProcessReport,
+    seq: u64,
+    rule: u32,
+) -> crate::report::failures::FailureReport {
     crate::report::failures::FailureReport {
         seq,
         call: seq,
@@ -151,7 +165,7 @@ fn injected_failure(seq: u64, rule: u32) -> crate::report::failures::FailureRepo
         time_ms: 0.0,
         stack_id: 1,
         site: None,
-        frames: vec![function_frame("make_b")],
+        frames: vec![intern(p, function_frame("make_b"))],
         pid: 42,
     }
 }
@@ -161,19 +175,17 @@ fn injected_failures_are_counted_by_rule_and_the_crash_is_placed() {
     let mut p = process_report(42, &["./prog"]);
     p.exit = Some(Exit::Signal(11));
     p.injected_failures = vec![
-        injected_failure(1, 1),
-        injected_failure(2, 2),
-        injected_failure(3, 1),
+        injected_failure(&mut p, 1, 1),
+        injected_failure(&mut p, 2, 2),
+        injected_failure(&mut p, 3, 1),
     ];
     p.injected_failure_count = 3;
     p.crash = Some(crate::report::failures::CrashReport {
         signal: 11,
-        frames: vec![
-            function_frame("use_b"),
-            function_frame("main"),
-            function_frame("x"),
-            function_frame("y"),
-        ],
+        frames: intern_all(
+            &mut p,
+            ["use_b", "main", "x", "y"].map(function_frame).to_vec(),
+        ),
     });
     let report = Report {
         format_version: 2,
@@ -189,7 +201,7 @@ fn injected_failures_are_counted_by_rule_and_the_crash_is_placed() {
     );
 
     let mut p = process_report(42, &["./prog"]);
-    p.injected_failures = vec![injected_failure(1, 1)];
+    p.injected_failures = vec![injected_failure(&mut p, 1, 1)];
     p.injected_failure_count = 5000;
     p.crash = Some(crate::report::failures::CrashReport {
         signal: 77,
@@ -236,16 +248,18 @@ fn numpy_data_gets_its_line_and_python_stacks_start_at_their_innermost_python_fr
     p.numpy.peak_bytes = 8_000_000;
     p.numpy.peak_blocks = 1;
     let mut array = stack_report(
+        &mut p,
         1,
         &["PyDataMem_UserNEW", "PyArray_NewFromDescr"],
         8_000_000,
         0,
         8_000_000,
     );
-    array.frames.extend([
+    let python = vec![
         python_frame("/work/script.py", 5, "make"),
         python_frame("/work/script.py", 9, "<module>"),
-    ]);
+    ];
+    array.frames.extend(intern_all(&mut p, python));
     p.stacks = vec![array];
     let report = Report {
         format_version: 4,
@@ -264,7 +278,7 @@ fn numpy_data_gets_its_line_and_python_stacks_start_at_their_innermost_python_fr
 #[test]
 fn without_numpy_data_there_is_no_numpy_line() {
     let mut p = process_report(7, &["prog"]);
-    p.stacks = vec![stack_report(1, &["f"], 8, 8, 8)];
+    p.stacks = vec![stack_report(&mut p, 1, &["f"], 8, 8, 8)];
     let report = Report {
         format_version: 4,
         command: vec![],

@@ -82,10 +82,7 @@ pub fn program_function(frames: &[FaultFrame]) -> Option<&str> {
 
 impl FaultReport {
     pub fn load(dir: &Path) -> FaultReport {
-        let path = dir.join("report.json");
-        let text =
-            std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        super::report::load_report_json(&dir.join("report.json"))
     }
 
     /// The one process whose argv[0] names a program the test compiled.

@@ -148,9 +148,7 @@ pub struct HeapError {
 
 impl PyReport {
     pub fn load(path: &Path) -> PyReport {
-        let text =
-            std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        super::report::load_report_json(path)
     }
 
     /// The process whose argv runs `script` and that was not forked: the script's main

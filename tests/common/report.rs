@@ -96,10 +96,57 @@ impl Frame {
     }
 }
 
+/// report.json at `path`, with every stack's frames as frame objects: since format 5 a
+/// process lists its distinct frames once (`frames`), and its stacks, injected failures,
+/// crash and heap errors name them by index; the indices are replaced by the frames here.
+pub fn read_report_json(path: &Path) -> Result<serde_json::Value, String> {
+    let failed = |e: &dyn std::fmt::Display| format!("{}: {e}", path.display());
+    let text = std::fs::read_to_string(path).map_err(|e| failed(&e))?;
+    let mut json: serde_json::Value = serde_json::from_str(&text).map_err(|e| failed(&e))?;
+    for process in json["processes"].as_array_mut().into_iter().flatten() {
+        let table = process["frames"].as_array().cloned().unwrap_or_default();
+        let resolve = |frames: &mut serde_json::Value| -> Result<(), String> {
+            for frame in frames.as_array_mut().into_iter().flatten() {
+                let index = frame
+                    .as_u64()
+                    .ok_or_else(|| failed(&"a frame is not an index"))?;
+                *frame = table
+                    .get(index as usize)
+                    .cloned()
+                    .ok_or_else(|| failed(&format!("frame index {index} past the table")))?;
+            }
+            Ok(())
+        };
+        for list in ["stacks", "injected_failures"] {
+            for item in process[list].as_array_mut().into_iter().flatten() {
+                resolve(&mut item["frames"])?;
+            }
+        }
+        if !process["crash"].is_null() {
+            resolve(&mut process["crash"]["frames"])?;
+        }
+        for error in process["errors"].as_array_mut().into_iter().flatten() {
+            for stack in ["stack", "alloc_stack", "free_stack"] {
+                resolve(&mut error[stack])?;
+            }
+        }
+    }
+    Ok(json)
+}
+
+/// [`read_report_json`], deserialized as `T`; panics with the path and the error.
+pub fn load_report_json<T: serde::de::DeserializeOwned>(path: &Path) -> T {
+    read_report_json(path)
+        .and_then(|json| {
+            serde_json::from_value(json).map_err(|e| format!("{}: {e}", path.display()))
+        })
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
 impl Report {
     pub fn load(path: &Path) -> Result<Report, String> {
-        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-        serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))
+        let json = read_report_json(path)?;
+        serde_json::from_value(json).map_err(|e| format!("{}: {e}", path.display()))
     }
 
     /// The processes whose argv[0] names the program `name` (a path or a file name).

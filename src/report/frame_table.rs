@@ -1,0 +1,182 @@
+//! Report stage, between symbolization and report.json: a process's frame table. Each
+//! distinct frame word is symbolized once; the frames the report shows enter the table
+//! once, in the order they are first shown, and stacks, failures, crashes and errors name
+//! them by index (report.json's `frames`, format 5).
+
+use std::collections::HashMap;
+use std::ops::Range;
+
+use memwarden_abi::python::{self, FrameWord};
+
+use super::json::{unknown_stack_frame, FrameReport};
+use crate::profile::Profile;
+use crate::symbolize::{Frame, FrameKind, Symbolizer};
+
+/// A frame symbolized but not (yet) in the table.
+const NOT_SHOWN: u32 = u32::MAX;
+
+/// How a frame word is looked up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum Lookup {
+    /// A return address (the byte before it is looked up) or a Python frame word.
+    Return,
+    /// The address of an instruction itself (a crash's faulting instruction).
+    Instruction,
+}
+
+/// The frames of one process: those symbolized (the pool) and those shown (the table).
+pub(crate) struct FrameTable<'a> {
+    profile: &'a Profile,
+    symbolizer: &'a mut Symbolizer,
+    /// Every frame symbolized so far, shown or not, each word's inline levels together.
+    pool: Vec<Frame>,
+    /// The pool range of each word looked up.
+    ranges: HashMap<(u64, Lookup), Range<u32>>,
+    /// The table index of each pool frame, or [`NOT_SHOWN`].
+    shown: Vec<u32>,
+    /// The table: the frames shown, each once.
+    table: Vec<FrameReport>,
+    /// The table index of the `[unknown stack]` frame, once shown.
+    unknown: Option<u32>,
+}
+
+impl<'a> FrameTable<'a> {
+    /// An empty table for `profile`'s frames.
+    pub(crate) fn new(profile: &'a Profile, symbolizer: &'a mut Symbolizer) -> Self {
+        FrameTable {
+            profile,
+            symbolizer,
+            pool: Vec::new(),
+            ranges: HashMap::new(),
+            shown: Vec::new(),
+            table: Vec::new(),
+            unknown: None,
+        }
+    }
+
+    /// The process whose frames these are.
+    pub(crate) fn profile(&self) -> &'a Profile {
+        self.profile
+    }
+
+    /// The pool indices of `word`'s frames, innermost first (none for a marker word),
+    /// symbolizing it the first time it is asked for.
+    pub(crate) fn lookup(&mut self, word: u64, how: Lookup) -> Range<u32> {
+        if let Some(range) = self.ranges.get(&(word, how)) {
+            return range.clone();
+        }
+        let profile = self.profile;
+        let frames = match python::decode(word) {
+            FrameWord::Marker(_) => Vec::new(),
+            FrameWord::Python {
+                code,
+                value,
+                line_resolved,
+            } => vec![self
+                .symbolizer
+                .python_frame(profile, code, value, line_resolved)],
+            FrameWord::Native(address) => match how {
+                Lookup::Return => self.symbolizer.frames(profile, address),
+                Lookup::Instruction => self.symbolizer.instruction_frames(profile, address),
+            },
+        };
+        let start = self.pool.len() as u32;
+        self.shown
+            .extend(std::iter::repeat_n(NOT_SHOWN, frames.len()));
+        self.pool.extend(frames);
+        let range = start..self.pool.len() as u32;
+        self.ranges.insert((word, how), range.clone());
+        range
+    }
+
+    /// The symbolized frame at pool index `index`.
+    pub(crate) fn frame(&self, index: u32) -> &Frame {
+        &self.pool[index as usize]
+    }
+
+    /// The table indices of the pool frames `pool` (in order), entering those not yet in
+    /// the table.
+    pub(crate) fn show(&mut self, pool: &[u32]) -> Vec<u32> {
+        pool.iter()
+            .map(|&index| {
+                let slot = &mut self.shown[index as usize];
+                if *slot == NOT_SHOWN {
+                    *slot = self.table.len() as u32;
+                    self.table.push(report_frame(&self.pool[index as usize]));
+                }
+                *slot
+            })
+            .collect()
+    }
+
+    /// The table index of the single frame of the unknown stack.
+    pub(crate) fn unknown_stack(&mut self) -> u32 {
+        *self.unknown.get_or_insert_with(|| {
+            self.table.push(unknown_stack_frame());
+            self.table.len() as u32 - 1
+        })
+    }
+
+    /// The table.
+    pub(crate) fn into_frames(self) -> Vec<FrameReport> {
+        self.table
+    }
+}
+
+fn report_frame(f: &Frame) -> FrameReport {
+    FrameReport {
+        function: f.function.clone(),
+        file: f.file.clone(),
+        line: f.line,
+        module: f.module.clone(),
+        address: (f.kind == FrameKind::Native).then(|| format!("{:#x}", f.address)),
+        inlined: f.inlined,
+        kind: f.kind,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use memwarden_abi::python::{python_frame, NUMPY_DATA};
+
+    use super::*;
+    use crate::profile::synthetic::{stack_record, ProfileBuilder, SyntheticCode};
+
+    fn profile() -> Profile {
+        ProfileBuilder::new(1)
+            .python_code(SyntheticCode {
+                filename: "/w/a.py".into(),
+                name: "f".into(),
+                qualname: "f".into(),
+                first_line: 1,
+                line_table: vec![],
+            })
+            .stack(&[python_frame(0, 3, true)], stack_record())
+            .build_profile()
+    }
+
+    #[test]
+    fn each_word_is_symbolized_once_and_each_frame_shown_once() {
+        let profile = profile();
+        let mut symbolizer = Symbolizer::new();
+        let mut table = FrameTable::new(&profile, &mut symbolizer);
+        let a = table.lookup(0x9000, Lookup::Return);
+        let py = table.lookup(python_frame(0, 3, true), Lookup::Return);
+        assert_eq!(table.lookup(0x9000, Lookup::Return), a);
+        assert_eq!((a.len(), py.len()), (1, 1));
+        assert!(table.lookup(NUMPY_DATA, Lookup::Return).is_empty());
+        // The same address as an instruction is another lookup.
+        assert_ne!(table.lookup(0x9000, Lookup::Instruction), a);
+
+        // Shown in the order first asked: the Python frame, then the address.
+        assert_eq!(table.show(&[py.start, a.start]), [0, 1]);
+        assert_eq!(table.show(&[a.start, py.start, a.start]), [1, 0, 1]);
+        assert_eq!(table.unknown_stack(), 2);
+        assert_eq!(table.unknown_stack(), 2);
+        let frames = table.into_frames();
+        assert_eq!(frames.len(), 3);
+        assert_eq!(frames[0].label(), "a.py:3 (f)");
+        assert_eq!(frames[1].address.as_deref(), Some("0x9000"));
+        assert_eq!(frames[2], unknown_stack_frame());
+    }
+}
