@@ -1,8 +1,7 @@
 //! Report stage: collapsed stacks (`root;…;leaf bytes` lines), the input of the flame
 //! graphs and a format other flame-graph tools read. One root frame per process.
 
-use std::collections::BTreeMap;
-
+use super::collapsed::Collapsed;
 use super::json::{ProcessReport, Report, StackReport};
 use crate::python::Category;
 
@@ -96,7 +95,7 @@ pub fn process_label(process: &ProcessReport) -> String {
 }
 
 /// A frame name safe in a collapsed line: no `;` (the separator) and no line breaks.
-fn sanitize(label: &str) -> String {
+pub(crate) fn sanitize(label: &str) -> String {
     label
         .chars()
         .map(|c| match c {
@@ -110,31 +109,10 @@ fn sanitize(label: &str) -> String {
 /// The collapsed stacks of `measure`, root first, sorted, equal stacks merged, zero counts
 /// left out; every line ends with a newline.
 pub fn folded(report: &Report, measure: Measure) -> String {
-    let mut lines: BTreeMap<String, u64> = BTreeMap::new();
-    for process in &report.processes {
-        let root = process_label(process);
-        let labels: Vec<String> = process
-            .frames
-            .iter()
-            .map(|f| sanitize(&f.label()))
-            .collect();
-        for stack in &process.stacks {
-            let count = measure.of_stack(stack);
-            if count == 0 {
-                continue;
-            }
-            let mut line = root.clone();
-            for &frame in stack.frames.iter().rev() {
-                line.push(';');
-                line.push_str(&labels[frame as usize]);
-            }
-            *lines.entry(line).or_default() += count;
-        }
-    }
-    lines
-        .into_iter()
-        .map(|(stack, count)| format!("{stack} {count}\n"))
-        .collect()
+    let mut out = Vec::new();
+    // Writing into a Vec cannot fail.
+    let _ = Collapsed::new(report).write(measure, &mut out);
+    String::from_utf8(out).unwrap_or_default()
 }
 
 #[cfg(test)]

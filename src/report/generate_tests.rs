@@ -329,7 +329,11 @@ fn stacks_name_their_frames_by_index_into_one_table_per_process() {
     (record.live_bytes, record.live_blocks, record.max_live_bytes) = (8, 1, 8);
     (record.allocated_bytes, record.allocations) = (8, 1);
     let mut bigger = record;
-    (bigger.live_bytes, bigger.max_live_bytes, bigger.allocated_bytes) = (16, 16, 16);
+    (
+        bigger.live_bytes,
+        bigger.max_live_bytes,
+        bigger.allocated_bytes,
+    ) = (16, 16, 16);
     // Two stacks sharing their outer frame 0x7000.
     let profile = ProfileBuilder::new(7)
         .argv(&["prog"])

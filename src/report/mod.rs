@@ -1,6 +1,7 @@
 //! The report, last stage of the pipeline: from an output folder's profiles to
 //! `report.json`, the collapsed stacks, the flame graphs and the summary text.
 
+mod collapsed;
 pub mod error_text;
 pub mod errors;
 pub mod failures;
@@ -21,6 +22,7 @@ use crate::analysis::analyze;
 use crate::profile::load_dir;
 use crate::symbolize::Symbolizer;
 use crate::Error;
+use collapsed::Collapsed;
 use folded::Measure;
 use json::Report;
 
@@ -128,11 +130,12 @@ pub fn write_files(dir: &Path, report: &Report) -> Result<Vec<PathBuf>, Error> {
         processes,
         if processes == 1 { "" } else { "es" }
     );
+    let collapsed = Collapsed::new(report);
     for measure in Measure::ALL {
-        let lines = folded::folded(report, measure);
         let folded_path = dir.join(format!("{}.folded", measure.file_stem()));
-        write_file(&folded_path, |out| out.write_all(lines.as_bytes()))?;
+        write_file(&folded_path, |out| collapsed.write(measure, out))?;
         let svg_path = dir.join(format!("{}.svg", measure.file_stem()));
+        let lines = collapsed.flame_lines(measure);
         let svg = flamegraph::svg(&lines, measure, &subtitle).map_err(|source| Error::Io {
             path: svg_path.clone(),
             action: "draw",

@@ -1,0 +1,218 @@
+//! Report stage, between report.json and the `*.folded` files and flame graphs: every
+//! stack of the report as a line of frame labels, root first, with each distinct label
+//! once and each line a run of label ids. Lines are sorted once, as their text sorts,
+//! without being written out; each measure then merges equal lines and skips zeros. For
+//! the flame graphs, the frames too narrow to be drawn are cut off before inferno reads
+//! the lines.
+
+use std::cmp::Ordering;
+use std::collections::HashMap;
+use std::io::{self, Write};
+
+use super::folded::{process_label, sanitize, Measure};
+use super::json::Report;
+
+/// inferno's narrowest frame drawn, in percent of the graph's width
+/// (`inferno::flamegraph::Options::min_width`'s default).
+const INFERNO_MIN_WIDTH_PERCENT: f64 = 0.01;
+/// Frames narrower than this share of inferno's minimum are cut off. Below one, so that a
+/// frame at the edge is left for inferno to decide.
+const CUT_SHARE_OF_MIN_WIDTH: f64 = 0.5;
+
+/// One stack's line: its label ids (a range of `Collapsed::ids`), and where its figures are.
+#[derive(Clone, Copy, Debug)]
+struct Line {
+    start: u32,
+    len: u32,
+    process: u32,
+    stack: u32,
+}
+
+/// The stacks of a report as lines of label ids, sorted as the lines' text sorts.
+pub struct Collapsed<'r> {
+    report: &'r Report,
+    /// Each distinct label (process roots and frames, `;` replaced), once.
+    labels: Vec<String>,
+    /// Every line's label ids, root first, one after the other.
+    ids: Vec<u32>,
+    /// Every stack of every process, sorted.
+    lines: Vec<Line>,
+}
+
+impl<'r> Collapsed<'r> {
+    /// The lines of every stack of `report`.
+    pub fn new(report: &'r Report) -> Self {
+        let mut labels = Vec::new();
+        let mut index: HashMap<String, u32> = HashMap::new();
+        let mut intern = |label: String| {
+            *index.entry(label).or_insert_with_key(|label| {
+                labels.push(label.clone());
+                labels.len() as u32 - 1
+            })
+        };
+        let mut ids = Vec::new();
+        let mut lines = Vec::new();
+        for (p, process) in report.processes.iter().enumerate() {
+            let root = intern(process_label(process));
+            let frames: Vec<u32> = process
+                .frames
+                .iter()
+                .map(|f| intern(sanitize(&f.label())))
+                .collect();
+            for (s, stack) in process.stacks.iter().enumerate() {
+                let start = ids.len() as u32;
+                ids.push(root);
+                let shown = stack.frames.iter().rev();
+                ids.extend(shown.filter_map(|&f| frames.get(f as usize).copied()));
+                lines.push(Line {
+                    start,
+                    len: ids.len() as u32 - start,
+                    process: p as u32,
+                    stack: s as u32,
+                });
+            }
+        }
+        let mut collapsed = Collapsed {
+            report,
+            labels,
+            ids,
+            lines: Vec::new(),
+        };
+        lines.sort_by(|a, b| compare(&collapsed.labels, collapsed.ids(a), collapsed.ids(b)));
+        collapsed.lines = lines;
+        collapsed
+    }
+
+    fn ids(&self, line: &Line) -> &[u32] {
+        &self.ids[line.start as usize..(line.start + line.len) as usize]
+    }
+
+    /// The distinct lines of `measure` in order, equal lines merged and zero counts left
+    /// out: each as its label ids and its count.
+    fn counted(&self, measure: Measure) -> Vec<(&[u32], u64)> {
+        let mut counted: Vec<(&[u32], u64)> = Vec::new();
+        for line in &self.lines {
+            let process = &self.report.processes[line.process as usize];
+            let count = measure.of_stack(&process.stacks[line.stack as usize]);
+            if count == 0 {
+                continue;
+            }
+            let ids = self.ids(line);
+            match counted.last_mut() {
+                Some((last, total)) if *last == ids => *total += count,
+                _ => counted.push((ids, count)),
+            }
+        }
+        counted
+    }
+
+    /// Writes the collapsed lines of `measure` (`root;…;leaf COUNT`, each ending with a
+    /// newline).
+    pub fn write(&self, measure: Measure, out: &mut impl Write) -> io::Result<()> {
+        for (ids, count) in self.counted(measure) {
+            self.write_line(ids, count, out)?;
+        }
+        Ok(())
+    }
+
+    fn write_line(&self, ids: &[u32], count: u64, out: &mut impl Write) -> io::Result<()> {
+        for (i, &id) in ids.iter().enumerate() {
+            if i > 0 {
+                out.write_all(b";")?;
+            }
+            out.write_all(self.labels[id as usize].as_bytes())?;
+        }
+        writeln!(out, " {count}")
+    }
+
+    /// The lines of `measure` for the flame graph: like [`Collapsed::write`]'s, but each
+    /// cut off at its first frame too narrow for inferno to draw, and the lines that then
+    /// become equal merged. Every frame inferno draws keeps its width, and the total is
+    /// the same.
+    pub fn flame_lines(&self, measure: Measure) -> String {
+        let counted = self.counted(measure);
+        let total: u64 = counted.iter().map(|(_, count)| count).sum();
+        let narrow = INFERNO_MIN_WIDTH_PERCENT / (100.0 / total as f64) * CUT_SHARE_OF_MIN_WIDTH;
+        let kept = kept_depths(&counted, |width| (width as f64) < narrow);
+        let mut cut: Vec<(&[u32], u64)> = counted
+            .iter()
+            .zip(kept)
+            .map(|(&(ids, count), depth)| (&ids[..depth], count))
+            .collect();
+        cut.sort_by(|a, b| compare(&self.labels, a.0, b.0));
+        let mut out = Vec::new();
+        let mut lines = cut.into_iter().peekable();
+        while let Some((ids, mut count)) = lines.next() {
+            while let Some((_, more)) = lines.next_if(|(next, _)| *next == ids) {
+                count += more;
+            }
+            // Writing into a Vec cannot fail.
+            let _ = self.write_line(ids, count, &mut out);
+        }
+        String::from_utf8(out).unwrap_or_default()
+    }
+}
+
+/// How many labels of each line to keep so that no frame of width `narrow` remains: a
+/// frame is a run of consecutive lines with the same labels up to its depth (as inferno
+/// merges them), and its width the sum of their counts. The root is always kept.
+fn kept_depths(lines: &[(&[u32], u64)], narrow: impl Fn(u64) -> bool) -> Vec<usize> {
+    let mut kept: Vec<usize> = lines.iter().map(|(ids, _)| ids.len()).collect();
+    // The frames open at the current line, outermost first: (first line, width).
+    let mut open: Vec<(usize, u64)> = Vec::new();
+    let mut close = |open: &mut Vec<(usize, u64)>, depth: usize, end: usize| {
+        while open.len() > depth {
+            let (first, width) = open.pop().unwrap_or_default();
+            let depth = open.len().max(1);
+            if narrow(width) {
+                for keep in &mut kept[first..end] {
+                    *keep = (*keep).min(depth);
+                }
+            }
+        }
+    };
+    let mut previous: &[u32] = &[];
+    for (i, &(ids, count)) in lines.iter().enumerate() {
+        let common = previous.iter().zip(ids).take_while(|(a, b)| a == b).count();
+        close(&mut open, common, i);
+        while open.len() < ids.len() {
+            open.push((i, 0));
+        }
+        for frame in &mut open {
+            frame.1 += count;
+        }
+        previous = ids;
+    }
+    close(&mut open, 0, lines.len());
+    kept
+}
+
+/// The order of two lines' texts (their labels joined by `;`), from their label ids.
+/// Labels hold no `;`, and equal labels have equal ids.
+fn compare(labels: &[String], a: &[u32], b: &[u32]) -> Ordering {
+    for (i, (&x, &y)) in a.iter().zip(b).enumerate() {
+        if x == y {
+            continue;
+        }
+        let (x, y) = (labels[x as usize].as_bytes(), labels[y as usize].as_bytes());
+        let common = x.iter().zip(y).take_while(|(p, q)| p == q).count();
+        // When one label is a prefix of the other, what follows it in its line (`;`, or
+        // the line's end) meets the rest of the other.
+        return match (x.get(common), y.get(common)) {
+            (Some(p), Some(q)) => p.cmp(q),
+            (None, Some(q)) => next_byte(a, i).map_or(Ordering::Less, |p| p.cmp(q)),
+            (Some(p), None) => next_byte(b, i).map_or(Ordering::Greater, |q| p.cmp(&q)),
+            (None, None) => Ordering::Equal,
+        };
+    }
+    a.len().cmp(&b.len())
+}
+
+/// The byte after label `i` of `line`: `;` when another label follows, none at its end.
+fn next_byte(line: &[u32], i: usize) -> Option<u8> {
+    (i + 1 < line.len()).then_some(b';')
+}
+
+#[cfg(test)]
+#[path = "collapsed_tests.rs"]
+mod tests;
