@@ -4,12 +4,15 @@
 //! them by index (report.json's `frames`, format 5).
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::ops::Range;
 
 use memwarden_abi::python::{self, FrameWord};
 
+use super::frames::frame_flags;
 use super::json::{unknown_stack_frame, FrameReport};
 use crate::profile::Profile;
+use crate::python::{is_interpreter, is_profiler, module_of_word};
 use crate::symbolize::{Frame, FrameKind, Symbolizer};
 
 /// A frame symbolized but not (yet) in the table.
@@ -24,14 +27,51 @@ pub(crate) enum Lookup {
     Instruction,
 }
 
+/// What holds a frame word's code, as far as leaving frames out goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Holder {
+    /// The profiler's own library.
+    Profiler,
+    /// The Python interpreter.
+    Interpreter,
+    /// Anything else, a Python frame or a marker.
+    Other,
+}
+
+/// A hash of frame words, which are well spread already: cheaper than the default hash.
+#[derive(Default)]
+struct WordHasher(u64);
+
+impl Hasher for WordHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &byte in bytes {
+            self.write_u64(u64::from(byte));
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+}
+
+type WordMap<K, V> = HashMap<K, V, BuildHasherDefault<WordHasher>>;
+
 /// The frames of one process: those symbolized (the pool) and those shown (the table).
 pub(crate) struct FrameTable<'a> {
     profile: &'a Profile,
     symbolizer: &'a mut Symbolizer,
     /// Every frame symbolized so far, shown or not, each word's inline levels together.
     pool: Vec<Frame>,
+    /// The flags of each pool frame ([`frame_flags`]).
+    flags: Vec<u8>,
     /// The pool range of each word looked up.
-    ranges: HashMap<(u64, Lookup), Range<u32>>,
+    ranges: WordMap<(u64, Lookup), Range<u32>>,
+    /// What holds each native word's code.
+    holders: WordMap<u64, Holder>,
     /// The table index of each pool frame, or [`NOT_SHOWN`].
     shown: Vec<u32>,
     /// The table: the frames shown, each once.
@@ -47,7 +87,9 @@ impl<'a> FrameTable<'a> {
             profile,
             symbolizer,
             pool: Vec::new(),
-            ranges: HashMap::new(),
+            flags: Vec::new(),
+            ranges: WordMap::default(),
+            holders: WordMap::default(),
             shown: Vec::new(),
             table: Vec::new(),
             unknown: None,
@@ -83,15 +125,29 @@ impl<'a> FrameTable<'a> {
         let start = self.pool.len() as u32;
         self.shown
             .extend(std::iter::repeat_n(NOT_SHOWN, frames.len()));
+        self.flags.extend(frames.iter().map(frame_flags));
         self.pool.extend(frames);
         let range = start..self.pool.len() as u32;
         self.ranges.insert((word, how), range.clone());
         range
     }
 
-    /// The symbolized frame at pool index `index`.
-    pub(crate) fn frame(&self, index: u32) -> &Frame {
-        &self.pool[index as usize]
+    /// The [`frame_flags`] of the frame at pool index `index`.
+    pub(crate) fn flags(&self, index: u32) -> u8 {
+        self.flags[index as usize]
+    }
+
+    /// What holds the code of frame `word`, without symbolizing it.
+    pub(crate) fn holder(&mut self, word: u64) -> Holder {
+        let profile = self.profile;
+        *self
+            .holders
+            .entry(word)
+            .or_insert_with(|| match module_of_word(profile, word) {
+                Some(module) if is_profiler(module) => Holder::Profiler,
+                Some(module) if is_interpreter(module) => Holder::Interpreter,
+                _ => Holder::Other,
+            })
     }
 
     /// The table indices of the pool frames `pool` (in order), entering those not yet in

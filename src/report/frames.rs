@@ -5,9 +5,8 @@
 
 use memwarden_abi::python::{self, FrameWord};
 
-use super::frame_table::{FrameTable, Lookup};
+use super::frame_table::{FrameTable, Holder, Lookup};
 use super::json::file_name;
-use crate::python::{is_interpreter, is_profiler, module_of_word};
 use crate::symbolize::{Frame, FrameKind};
 
 /// Frames in a module whose file name starts so are the profiler's own (its wrapper
@@ -26,6 +25,21 @@ const START_UP_FUNCTIONS: &[&str] = &[
     "__libc_start_call_main",
 ];
 
+/// A frame of the profiler itself ([`is_profiler_frame`]).
+const PROFILER: u8 = 1;
+/// The program's own `main` ([`is_entry`]).
+const ENTRY: u8 = 2;
+/// The C library's start-up code ([`is_start_up`]).
+const START_UP: u8 = 4;
+
+/// What [`trim`] needs to know of a frame, as bits.
+pub(crate) fn frame_flags(frame: &Frame) -> u8 {
+    let bit = |yes: bool, flag: u8| if yes { flag } else { 0 };
+    bit(is_profiler_frame(frame), PROFILER)
+        | bit(is_entry(frame), ENTRY)
+        | bit(is_start_up(frame), START_UP)
+}
+
 /// The frames of the frame words of one stack of the table's process, innermost first, as
 /// indices into the table.
 pub(crate) fn shown_frames(table: &mut FrameTable, words: &[u64]) -> Vec<u32> {
@@ -43,7 +57,6 @@ fn is_python(word: u64) -> bool {
 }
 
 fn shown(table: &mut FrameTable, words: &[u64], first_is_instruction: bool) -> Vec<u32> {
-    let profile = table.profile();
     let innermost_python = words.iter().position(|&w| is_python(w));
     // The outermost Python frame (the script's `<module>`, a thread's bootstrap) is the
     // root: outside it only the interpreter's start-up or a thread's start remain.
@@ -56,11 +69,11 @@ fn shown(table: &mut FrameTable, words: &[u64], first_is_instruction: bool) -> V
         if let FrameWord::Native(_) = python::decode(word) {
             // The profiler's own frames are left out unsymbolized: its library may have
             // been rebuilt since the run, and there is nothing to show anyway.
-            let module = module_of_word(profile, word);
             let above_python = innermost_python.is_some_and(|innermost| index > innermost);
-            if module.is_some_and(is_profiler) || above_python && module.is_some_and(is_interpreter)
-            {
-                continue;
+            match table.holder(word) {
+                Holder::Profiler => continue,
+                Holder::Interpreter if above_python => continue,
+                _ => {}
             }
         }
         let how = if index == 0 && first_is_instruction {
@@ -69,13 +82,13 @@ fn shown(table: &mut FrameTable, words: &[u64], first_is_instruction: bool) -> V
             Lookup::Return
         };
         let symbolized = table.lookup(word, how);
-        let reached_entry = symbolized.clone().any(|i| is_entry(table.frame(i)));
+        let reached_entry = symbolized.clone().any(|i| table.flags(i) & ENTRY != 0);
         frames.extend(symbolized);
         if reached_entry {
             break;
         }
     }
-    let kept = trim(frames, |&i| table.frame(i));
+    let kept = trim(frames, |&i| table.flags(i));
     table.show(&kept)
 }
 
@@ -90,15 +103,16 @@ fn is_entry(frame: &Frame) -> bool {
 /// Drops the profiler's frames, and every frame outside the first (innermost) `main`;
 /// without a `main` (a `main` that tail-calls, like CPython's `Py_BytesMain`), the C
 /// start-up frames that end the stack.
-fn trim<'f, T>(frames: Vec<T>, frame: impl Fn(&T) -> &'f Frame) -> Vec<T> {
+/// `flags` gives each frame's [`frame_flags`].
+fn trim<T>(frames: Vec<T>, flags: impl Fn(&T) -> u8) -> Vec<T> {
     let mut shown: Vec<T> = frames
         .into_iter()
-        .filter(|f| !is_profiler_frame(frame(f)))
+        .filter(|f| flags(f) & PROFILER == 0)
         .collect();
-    if let Some(entry) = shown.iter().position(|f| is_entry(frame(f))) {
+    if let Some(entry) = shown.iter().position(|f| flags(f) & ENTRY != 0) {
         shown.truncate(entry + 1);
     }
-    while shown.len() > 1 && shown.last().is_some_and(|f| is_start_up(frame(f))) {
+    while shown.len() > 1 && shown.last().is_some_and(|f| flags(f) & START_UP != 0) {
         shown.pop();
     }
     shown
@@ -146,7 +160,7 @@ mod tests {
 
     /// [`trim`] on frames themselves.
     fn trimmed(frames: Vec<Frame>) -> Vec<Frame> {
-        let kept = trim((0..frames.len()).collect(), |&i| &frames[i]);
+        let kept = trim((0..frames.len()).collect(), |&i| frame_flags(&frames[i]));
         kept.into_iter().map(|i| frames[i].clone()).collect()
     }
 
