@@ -113,10 +113,17 @@ struct CrashDoc {
     frames: Option<Vec<FrameReport>>,
 }
 
+/// A report.json with every frame index (format 5) replaced by the frame it names.
+fn parse(json: &str) -> Result<ReportDoc, ReportError> {
+    let mut report: serde_json::Value = serde_json::from_str(json)?;
+    memwarden::report::read::inline_frames(&mut report);
+    Ok(serde_json::from_value(report)?)
+}
+
 /// The distinct call sites of a discovery report: every stack with allocations, in
 /// process order then stack id, each key once (its first occurrence gives the frames).
 pub fn discover_sites(json: &str) -> Result<Vec<Site>, ReportError> {
-    let report: ReportDoc = serde_json::from_str(json)?;
+    let report = parse(json)?;
     let mut allocating = 0usize;
     let mut seen = HashSet::new();
     let mut sites = Vec::new();
@@ -148,7 +155,7 @@ pub fn discover_sites(json: &str) -> Result<Vec<Site>, ReportError> {
 
 /// What the report of a fault-injection run says happened.
 pub fn run_facts(json: &str) -> Result<RunFacts, ReportError> {
-    let report: ReportDoc = serde_json::from_str(json)?;
+    let report = parse(json)?;
     let root_exit = report.processes.first().and_then(|p| p.exit);
     let crash = report
         .processes

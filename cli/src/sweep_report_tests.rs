@@ -188,3 +188,19 @@ fn which_processes_count_as_crashed() {
         }
     }
 }
+
+#[test]
+fn frames_named_by_index_into_the_process_table_are_read_as_frames() {
+    // Format 5: the process lists each frame once; stacks and failures name them by index.
+    let json = format!(
+        r#"{{"format_version":5,"command":["p"],"processes":[{{"pid":10,"ppid":1,"argv":["p"],
+        "exit":{{"code":0}},"frames":[{},{}],
+        "stacks":[{{"id":1,"frames":[1,0],"at_peak_bytes":0,"allocations":1,"allocated_bytes":8,
+        "frees":0,"site":"s1"}}]}}]}}"#,
+        frame_json("inner"),
+        frame_json("outer")
+    );
+    let sites = discover_sites(&json).unwrap();
+    assert_eq!(keys(&sites), ["s1"]);
+    assert_eq!(sites[0].frames, [frame("outer"), frame("inner")]);
+}
