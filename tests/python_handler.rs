@@ -1,8 +1,8 @@
 //! The Python end of `memwarden run`: NumPy's data-memory handler is memwarden's in every
-//! thread with nothing changed in the script or its environment, the user's own
-//! `sitecustomize` still runs (errors included, shown as Python shows them), and `sys.path`
-//! is what it would be without memwarden.
-
+//! thread, and in a Python a shell starts, with nothing changed in the script or its
+//! environment; the user's own `sitecustomize` still runs (errors included, shown as Python
+//! shows them); `sys.path` is what it would be without memwarden; and the sitecustomize
+//! never breaks a Python it cannot serve.
 mod common;
 use common::python::*;
 use common::*;
@@ -191,4 +191,17 @@ fn memwardens_sitecustomize_never_breaks_a_python_it_cannot_serve() {
         stderr.starts_with("memwarden: NumPy's data-memory handler not installed ("),
         "{stderr}"
     );
+}
+
+#[test]
+fn a_python_started_by_a_shell_gets_the_handler_too() {
+    let Some(python) = venv_python("numpy") else {
+        return;
+    };
+    let scratch = Scratch::new("python_from_shell");
+    let script = Script::new(&scratch, "handler.py", SCRIPT);
+    let line = format!("{} {} | grep '^main '", python.display(), script.arg());
+    let run = profile(&scratch, &["/bin/sh", "-c", &line]);
+    assert_success(&run.outcome, "sh -c 'python … | grep'");
+    assert_eq!(run.outcome.stdout_text(), "main memwarden\n");
 }
