@@ -3,6 +3,7 @@
 //! environment; the user's own `sitecustomize` still runs (errors included, shown as Python
 //! shows them); `sys.path` is what it would be without memwarden; and the sitecustomize
 //! never breaks a Python it cannot serve.
+
 mod common;
 use common::python::*;
 use common::*;
