@@ -1,7 +1,8 @@
 //! Python process trees: a `multiprocessing` pool, with the `fork` and with the `spawn`
 //! start method, has every worker profiled in a section of its own, with the Python frames
 //! of the worker function, and NumPy's data seen through memwarden's handler there too
-//! (inherited by a fork, installed again by a spawned interpreter).
+//! (inherited by a fork, installed again by a spawned interpreter); a forked child's profile
+//! is whole even while its parent goes on recording new Python code.
 
 mod common;
 use common::python::*;
@@ -95,4 +96,32 @@ fn fork_pool_workers_are_profiled_with_their_python_frames() {
 #[test]
 fn spawn_pool_workers_are_profiled_with_their_python_frames() {
     pool_workers_are_profiled_with_their_python_frames("spawn");
+}
+
+/// Forks, then makes new code objects at once (each one a code record in the profile)
+/// while the child is still taking its copy of the profile.
+const FORK_RACE: &str = r#"import os
+pids = []
+for round in range(20):
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    for i in range(50):
+        exec("def f_%d_%d():\n    return [0] * 100\nf_%d_%d()" % (round, i, round, i))
+    pids.append(pid)
+for pid in pids:
+    os.waitpid(pid, 0)
+"#;
+
+#[test]
+fn a_forked_child_keeps_the_code_records_of_the_fork_while_its_parent_adds_more() {
+    let Some(python) = venv_python("numpy") else {
+        return;
+    };
+    let scratch = Scratch::new("python_fork_race");
+    let script = Script::new(&scratch, "race.py", FORK_RACE);
+    let run = run_script(&scratch, &python, &script, &[], &[]);
+    assert_success(&run.outcome, "the forking script under memwarden");
+    let children = run.report.processes.iter().filter(|p| p.forked).count();
+    assert_eq!(children, 20, "{:?}", run.report.argvs());
 }
