@@ -25,6 +25,11 @@ static GATE: AtomicBool = AtomicBool::new(false);
 static LOCKED_STACKS: AtomicU64 = AtomicU64::new(0);
 static COPY_ADDRESS: AtomicUsize = AtomicUsize::new(0);
 static COPY_LENGTH: AtomicUsize = AtomicUsize::new(0);
+/// The `(offset, length)` of each region in the copy, as `copy_profile` took them: the
+/// child must not size them from the shared file, whose counters the parent moves on.
+static COPIED_REGIONS: [[AtomicU64; 2]; REGIONS] =
+    [const { [AtomicU64::new(0), AtomicU64::new(0)] }; REGIONS];
+const REGIONS: usize = 6;
 static CHILD_FAILURE_SAID: AtomicBool = AtomicBool::new(false);
 
 /// True while a fork is copying the profile: accounting must wait.
@@ -54,7 +59,7 @@ fn stack_lock(recorder: &Recorder, id: u64) -> &AtomicU32 {
 
 /// The used byte ranges of the profile file: header, modules, stacks, frames, Python code
 /// records and their blob.
-fn used_regions(recorder: &Recorder, stacks: u64) -> [(u64, u64); 6] {
+fn used_regions(recorder: &Recorder, stacks: u64) -> [(u64, u64); REGIONS] {
     let file = &recorder.file;
     let layout = file.layout();
     let modules = file
@@ -149,6 +154,10 @@ fn copy_profile(recorder: &Recorder, stacks: u64) {
         }
         at += len as usize;
     }
+    for (saved, (offset, len)) in COPIED_REGIONS.iter().zip(regions) {
+        saved[0].store(offset, Ordering::Relaxed);
+        saved[1].store(len, Ordering::Relaxed);
+    }
     COPY_ADDRESS.store(buffer as usize, Ordering::Relaxed);
     COPY_LENGTH.store(length as usize, Ordering::Relaxed);
 }
@@ -223,7 +232,7 @@ fn adopt_own_file(recorder: &Recorder, stacks: u64) -> Result<(), i32> {
     let identity = Identity::of_this_process(recorder.deepest_stack());
     let fd = profile_file::create_file(&recorder.config.output_dir, &identity, &layout)?;
     let mut at = 0usize;
-    for (offset, len) in used_regions_of_copy(recorder, stacks) {
+    for (offset, len) in used_regions_of_copy() {
         write_all_at(fd, copy + at, len as usize, offset)?;
         at += len as usize;
     }
@@ -261,9 +270,15 @@ fn adopt_own_file(recorder: &Recorder, stacks: u64) -> Result<(), i32> {
     Ok(())
 }
 
-fn used_regions_of_copy(recorder: &Recorder, stacks: u64) -> [(u64, u64); 6] {
-    // The copy was taken with the same counters the child still sees (nothing ran since).
-    used_regions(recorder, stacks)
+/// The regions as `copy_profile` copied them.
+fn used_regions_of_copy() -> [(u64, u64); REGIONS] {
+    core::array::from_fn(|i| {
+        let saved = &COPIED_REGIONS[i];
+        (
+            saved[0].load(Ordering::Relaxed),
+            saved[1].load(Ordering::Relaxed),
+        )
+    })
 }
 
 fn write_all_at(fd: i32, mut from: usize, mut len: usize, mut offset: u64) -> Result<(), i32> {
