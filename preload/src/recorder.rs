@@ -5,7 +5,7 @@ use core::sync::atomic::{AtomicU64, Ordering};
 
 use memwarden_abi::{degraded_reason, exit_kind, flags, Header, Layout};
 
-use crate::config::{Config, FRAME_CAPACITY, STACK_CAPACITY};
+use crate::config::{Config, FRAME_CAPACITY, LEAK_CHECK, STACK_CAPACITY};
 use crate::profile_file::{self, clock_ns, Identity, ProfileFile};
 use crate::stack_table::StackTable;
 use crate::thread_state::Guard;
@@ -28,6 +28,13 @@ impl Recorder {
             memwarden_abi::defaults::FAILURE_CAPACITY,
             memwarden_abi::defaults::ERROR_CAPACITY,
         )
+        .and_then(|layout| {
+            let leaks = match config.numeric[LEAK_CHECK] {
+                0 => 0,
+                _ => memwarden_abi::defaults::LEAK_CAPACITY,
+            };
+            layout.with_leak_capacity(leaks)
+        })
         .ok_or(libc::EOVERFLOW)?;
         let fd = profile_file::create_file(&config.output_dir, identity, &layout)?;
         let file = ProfileFile::map(fd, layout)?;

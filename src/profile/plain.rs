@@ -46,7 +46,7 @@ pub(crate) fn read_u64(bytes: &[u8], offset: usize) -> Option<u64> {
 
 /// Each field of a [`Layout`](memwarden_abi::Layout) with its offset inside the struct, for
 /// writing a layout into header bytes field by field.
-pub(crate) fn layout_fields(l: &memwarden_abi::Layout) -> [(usize, u64); 11] {
+pub(crate) fn layout_fields(l: &memwarden_abi::Layout) -> [(usize, u64); 13] {
     use memwarden_abi::Layout;
     use std::mem::offset_of;
     [
@@ -61,6 +61,8 @@ pub(crate) fn layout_fields(l: &memwarden_abi::Layout) -> [(usize, u64); 11] {
         (offset_of!(Layout, errors_offset), l.errors_offset),
         (offset_of!(Layout, error_capacity), l.error_capacity),
         (offset_of!(Layout, file_size), l.file_size),
+        (offset_of!(Layout, leaks_offset), l.leaks_offset),
+        (offset_of!(Layout, leak_capacity), l.leak_capacity),
     ]
 }
 
