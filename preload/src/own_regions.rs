@@ -68,17 +68,15 @@ pub fn overflowed() -> bool {
 
 /// A private anonymous mapping of `len` bytes (reserved, not committed), noted as memwarden's.
 pub fn map_scratch(len: usize) -> Option<*mut u8> {
-    // SAFETY: a fresh private anonymous mapping; the kernel picks the address.
-    let start = unsafe {
-        libc::mmap(
-            core::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-            -1,
-            0,
-        )
-    };
+    // Straight to the kernel, not through the interposed mmap: this is memwarden's memory.
+    let start = crate::hooks_mmap::kernel_mmap(
+        core::ptr::null_mut(),
+        len,
+        libc::PROT_READ | libc::PROT_WRITE,
+        libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+        -1,
+        0,
+    );
     if start == libc::MAP_FAILED {
         return None;
     }
@@ -91,4 +89,51 @@ pub fn unmap_scratch(start: *mut u8, len: usize) {
     forget(start);
     // SAFETY: `start` and `len` describe a mapping made by `map_scratch`, no longer used.
     unsafe { libc::munmap(start.cast(), len) };
+}
+
+/// A zero-filled array of `T` in a scratch mapping of its own, given back when dropped.
+pub struct ScratchArray<T: Copy> {
+    start: *mut T,
+    capacity: usize,
+    bytes: usize,
+}
+
+impl<T: Copy> ScratchArray<T> {
+    /// Room for `capacity` elements (reserved, committed as touched); `None` if the kernel
+    /// refuses.
+    pub fn new(capacity: usize) -> Option<ScratchArray<T>> {
+        let bytes = capacity
+            .max(1)
+            .checked_mul(core::mem::size_of::<T>())?
+            .checked_next_multiple_of(4096)?;
+        let start = map_scratch(bytes)?;
+        Some(ScratchArray {
+            start: start.cast(),
+            capacity,
+            bytes,
+        })
+    }
+
+    /// The whole array (zero-filled until written; every `T` used here is plain data for
+    /// which all-zero bytes are a valid value).
+    pub fn as_mut_slice(&mut self) -> &mut [T] {
+        // SAFETY: the mapping holds `capacity` elements, is aligned to a page (enough for
+        // any T used here), zero-filled, and owned by this value alone.
+        unsafe { core::slice::from_raw_parts_mut(self.start, self.capacity) }
+    }
+
+    pub fn as_slice(&self) -> &[T] {
+        // SAFETY: as `as_mut_slice`, shared.
+        unsafe { core::slice::from_raw_parts(self.start, self.capacity) }
+    }
+
+    pub fn as_mut_ptr(&mut self) -> *mut T {
+        self.start
+    }
+}
+
+impl<T: Copy> Drop for ScratchArray<T> {
+    fn drop(&mut self) {
+        unmap_scratch(self.start.cast(), self.bytes);
+    }
 }
