@@ -46,6 +46,8 @@ const TEXT_BYTES: usize = 64 << 20;
 /// The mappings, in address order.
 pub struct Maps {
     vmas: ScratchArray<Vma>,
+    /// Kept mapped while the maps are in use: it is listed in them.
+    _text: ScratchArray<u8>,
     count: usize,
     pub truncated: bool,
 }
@@ -72,6 +74,7 @@ pub fn read_maps() -> Option<Maps> {
     let (count, truncated) = parse(&text.as_slice()[..used], vmas.as_mut_slice());
     Some(Maps {
         vmas,
+        _text: text,
         count,
         truncated: truncated || used == TEXT_BYTES,
     })
