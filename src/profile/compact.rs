@@ -36,13 +36,15 @@ pub fn compact_profile_file(path: &Path) -> Result<bool, Error> {
     let old = header.layout;
     let failures_stored = header.failure_count.min(old.failure_capacity);
     let errors_stored = header.error_count.min(old.error_capacity);
+    let leaks_stored = header.leak_record_count.min(old.leak_capacity);
     let Some(dense) = Layout::new(
         header.module_count,
         header.stack_count,
         header.frame_words_used,
         failures_stored,
         errors_stored,
-    ) else {
+    )
+    .and_then(|dense| dense.with_leak_capacity(leaks_stored)) else {
         return Ok(false);
     };
     let length = file.metadata().map_err(|e| wrap(e.into()))?.len();
@@ -75,6 +77,11 @@ pub fn compact_profile_file(path: &Path) -> Result<bool, Error> {
             old.errors_offset,
             dense.errors_offset,
             old.error_offset(errors_stored) - old.errors_offset,
+        ),
+        (
+            old.leaks_offset,
+            dense.leaks_offset,
+            old.leak_offset(leaks_stored) - old.leaks_offset,
         ),
     ];
     let mut image = vec![0u8; dense.file_size as usize];

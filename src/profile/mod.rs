@@ -4,6 +4,7 @@
 mod compact;
 mod dir;
 mod errors;
+mod leaks;
 mod failures;
 mod plain;
 mod reader;
@@ -19,6 +20,7 @@ use crate::Exit;
 pub use compact::compact_profile_file;
 pub use dir::{load_dir, profile_paths, OutputDir};
 pub use errors::guard_mode_name;
+pub use leaks::{leak_view_name, LeakCheck};
 pub use reader::{read_profile, read_profile_file, ProfileError, Source};
 
 /// One process image as its profile file recorded it.
@@ -78,6 +80,8 @@ pub struct Profile {
     /// The stored heap-error records (at most the file's capacity), in the order claimed;
     /// kinds are known and stack ids are below the stack count.
     pub errors: Vec<ErrorRecord>,
+    /// The leak check at exit (`--leak-check`).
+    pub leaks: LeakCheck,
 }
 
 /// Where a process crashed, as the preload recorded it from its signal handler.

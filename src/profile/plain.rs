@@ -26,6 +26,8 @@ unsafe impl Plain for StackRecord {}
 unsafe impl Plain for FailureRecord {}
 // SAFETY: `ErrorRecord` is `repr(C)` and holds only integers.
 unsafe impl Plain for ErrorRecord {}
+// SAFETY: `LeakRecord` is `repr(C)` and holds only integers.
+unsafe impl Plain for memwarden_abi::LeakRecord {}
 
 /// Reads the record of type `T` starting at `offset` in `bytes`; `None` if it does not fit.
 pub(crate) fn read_plain<T: Plain>(bytes: &[u8], offset: usize) -> Option<T> {

@@ -18,6 +18,7 @@ use memwarden_abi::{
 };
 
 use super::errors::{error_region, parse_errors, parse_guard_mode};
+use super::leaks::{leak_region, parse_leaks};
 use super::failures::{failure_region, parse_crash, parse_failures};
 use super::plain::{read_plain, read_u64};
 use super::{Module, Profile, Stack};
@@ -134,6 +135,17 @@ pub enum ProfileError {
         /// What is wrong.
         what: String,
     },
+    /// A leak record that does not fit the rest of the file.
+    #[error("leak record {index}: {what}")]
+    Leak {
+        /// Record index.
+        index: u64,
+        /// What is wrong.
+        what: String,
+    },
+    /// A leak-check header field this reader does not know.
+    #[error("corrupt header: {0}")]
+    LeakHeader(String),
     /// A `guard_mode` this reader does not know.
     #[error("corrupt header: unknown guard_mode {0}")]
     GuardMode(u32),
@@ -217,6 +229,8 @@ pub fn read_profile<S: Source + ?Sized>(source: &S) -> Result<Profile, ProfileEr
     let failures = read_region(source, failures_start, failures_end)?;
     let (errors_start, errors_end) = error_region(&header);
     let errors = read_region(source, errors_start, errors_end)?;
+    let (leaks_start, leaks_end) = leak_region(&header);
+    let leaks = read_region(source, leaks_start, leaks_end)?;
 
     Ok(Profile {
         path: Default::default(),
@@ -245,6 +259,7 @@ pub fn read_profile<S: Source + ?Sized>(source: &S) -> Result<Profile, ProfileEr
         guard_mode: parse_guard_mode(&header)?,
         error_count: header.error_count,
         errors: parse_errors(&errors, &header)?,
+        leaks: parse_leaks(&leaks, &header)?,
     })
 }
 
@@ -274,7 +289,9 @@ fn check_header(header: &Header, len: u64) -> Result<(), ProfileError> {
         l.frame_capacity,
         l.failure_capacity,
         l.error_capacity,
-    ) != Some(l)
+    )
+    .and_then(|dense| dense.with_leak_capacity(l.leak_capacity))
+        != Some(l)
     {
         return Err(ProfileError::Layout {
             modules: l.module_capacity,
@@ -312,6 +329,7 @@ fn check_header(header: &Header, len: u64) -> Result<(), ProfileError> {
         ("frame words", l.frame_offset(header.frame_words_used)),
         ("injected-failure records", failure_region(header).1),
         ("heap-error records", error_region(header).1),
+        ("leak records", leak_region(header).1),
     ];
     for (what, end) in regions {
         if end > len {
