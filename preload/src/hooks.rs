@@ -346,9 +346,7 @@ pub fn reallocate(caller: Caller, function: u32, block: *mut c_void, size: usize
     if moved.is_null() {
         // glibc kept the old block: its header goes back.
         // SAFETY: the block is unchanged, with room for its header at offset 16.
-        unsafe {
-            block_header::write(tracked.base, HEADER_SIZE, tracked.size, tracked.stack)
-        };
+        unsafe { block_header::write(tracked.base, HEADER_SIZE, tracked.size, tracked.stack) };
         return moved;
     }
     if let Some((recorder, guard)) = &tracking {

@@ -15,7 +15,6 @@
 use crate::block_header;
 use crate::leak_classify::Block;
 use crate::leak_maps::{vma, Maps, Vma};
-use crate::own_regions::ScratchArray;
 
 /// glibc's `HEAP_MAX_SIZE` on 64-bit: the size and alignment of a non-main arena heap.
 const ARENA_HEAP: u64 = 64 << 20;
@@ -110,13 +109,25 @@ pub fn allocator_intervals(maps: &Maps, blocks: &[Block], into: &mut [Interval])
     };
     for v in maps.as_slice() {
         if v.has(vma::HEAP) {
-            push(Interval { start: v.start, end: v.end }, &mut count);
+            push(
+                Interval {
+                    start: v.start,
+                    end: v.end,
+                },
+                &mut count,
+            );
         }
         let reserve = v.has(vma::ANONYMOUS) && !v.has(vma::READ) && !v.has(vma::WRITE);
         if reserve && v.end.is_multiple_of(ARENA_HEAP) {
             let heap = v.end - ARENA_HEAP;
             if heap < v.start && holds_block(heap, v.start) {
-                push(Interval { start: heap, end: v.start }, &mut count);
+                push(
+                    Interval {
+                        start: heap,
+                        end: v.start,
+                    },
+                    &mut count,
+                );
             }
         }
     }

@@ -25,7 +25,7 @@ use crate::leak_maps;
 use crate::leak_roots;
 use crate::leak_stop;
 use crate::lifecycle;
-use crate::own_regions::ScratchArray;
+use crate::own_regions::{self, ScratchArray};
 use crate::profile_file::clock_ns;
 use crate::recorder::Recorder;
 use crate::thread_state::Guard;
@@ -111,6 +111,15 @@ fn check(recorder: &Recorder, sp: u64, registers: &[u64]) -> Option<u32> {
     let segment_count = leak_roots::module_segments(segments.as_mut_slice());
     let stopped = leak_stop::stop_others()?;
     let maps = leak_maps::read_maps()?;
+    if maps.truncated {
+        // Roots would be missing: blocks they hold would be reported lost.
+        return None;
+    }
+    if own_regions::overflowed() {
+        crate::log::say(&[
+            b"leak check: memwarden's own memory table is full; some leaks may be missed",
+        ]);
+    }
     let mut own = ScratchArray::<Interval>::new(1024)?;
     let own_count = leak_roots::own_intervals(own.as_mut_slice());
     let mut blocks = ScratchArray::<Block>::new(leak_blocks::block_capacity(&maps))?;

@@ -68,6 +68,7 @@ impl<'a> Marker<'a> {
         }
     }
 
+    #[cfg(test)]
     pub fn blocks(&self) -> &[Block] {
         self.blocks
     }
@@ -204,10 +205,7 @@ impl<'a> Marker<'a> {
     /// LeakSanitizer: a lost block that another lost block points into is indirect.
     fn classify_lost_lsan(&mut self) {
         for index in 0..self.blocks.len() {
-            let lost = matches!(
-                self.blocks[index].state,
-                state::UNREACHED | state::INDIRECT
-            );
+            let lost = matches!(self.blocks[index].state, state::UNREACHED | state::INDIRECT);
             if !lost {
                 continue;
             }

@@ -34,7 +34,9 @@ impl Vma {
 
     /// Readable and writable, not shared: memory the program keeps its data in.
     pub fn is_private_data(&self) -> bool {
-        self.has(vma::READ) && self.has(vma::WRITE) && !self.has(vma::SHARED)
+        self.has(vma::READ)
+            && self.has(vma::WRITE)
+            && !self.has(vma::SHARED)
             && !self.has(vma::KERNEL)
     }
 }
@@ -170,7 +172,8 @@ mod tests {
 
     #[test]
     fn lines_parse_into_flags() {
-        let text = b"55d0c0a00000-55d0c0a21000 rw-p 00000000 00:00 0                          [heap]\n\
+        let text =
+            b"55d0c0a00000-55d0c0a21000 rw-p 00000000 00:00 0                          [heap]\n\
 7f00aa000000-7f00aa021000 rw-p 00000000 00:00 0 \n\
 7f00aa021000-7f00ae000000 ---p 00000000 00:00 0 \n\
 7f00b0000000-7f00b0001000 rw-p 0001d000 08:01 1234   /usr/lib/x86_64-linux-gnu/libc.so.6\n\

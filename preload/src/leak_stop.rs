@@ -24,7 +24,6 @@ const ROUNDS: usize = 8;
 /// One stopped thread: its id, stack pointer and registers when the signal arrived.
 #[derive(Clone, Copy)]
 pub struct StoppedThread {
-    pub tid: u32,
     pub sp: u64,
     pub registers: [u64; REGISTERS],
 }
@@ -67,7 +66,7 @@ pub fn stop_others() -> Option<Stopped> {
     SLOTS.store(slots.as_mut_ptr(), Ordering::Release);
     // SAFETY: an all-zero sigaction is a valid value to fill in.
     let mut action: libc::sigaction = unsafe { core::mem::zeroed() };
-    action.sa_sigaction = on_stop_signal as usize;
+    action.sa_sigaction = on_stop_signal as *const () as usize;
     action.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
     // SAFETY: a valid mask to fill: every signal is blocked while the handler runs.
     unsafe { libc::sigfillset(&mut action.sa_mask) };
@@ -183,9 +182,8 @@ fn for_each_task(mut each: impl FnMut(u32)) {
     let mut buffer = [0u8; 4096];
     loop {
         // SAFETY: getdents64 into a buffer of the given size.
-        let got = unsafe {
-            libc::syscall(libc::SYS_getdents64, fd, buffer.as_mut_ptr(), buffer.len())
-        };
+        let got =
+            unsafe { libc::syscall(libc::SYS_getdents64, fd, buffer.as_mut_ptr(), buffer.len()) };
         if got <= 0 {
             break;
         }
@@ -209,7 +207,11 @@ fn for_each_task(mut each: impl FnMut(u32)) {
 
 /// The stop signal's handler: records this thread's registers, answers, and waits for the
 /// scan to end. Allocation-free; errno is kept.
-extern "C" fn on_stop_signal(_signal: i32, _info: *mut libc::siginfo_t, context: *mut libc::c_void) {
+extern "C" fn on_stop_signal(
+    _signal: i32,
+    _info: *mut libc::siginfo_t,
+    context: *mut libc::c_void,
+) {
     let errno = crate::real::SavedErrno::save();
     let slots = SLOTS.load(Ordering::Acquire);
     if slots.is_null() || RELEASE.load(Ordering::Acquire) != 0 {
@@ -225,8 +227,6 @@ extern "C" fn on_stop_signal(_signal: i32, _info: *mut libc::siginfo_t, context:
             *register = *value as u64;
         }
         let thread = StoppedThread {
-            // SAFETY: gettid has no preconditions.
-            tid: unsafe { libc::syscall(libc::SYS_gettid) } as u32,
             sp: registers[REG_RSP],
             registers,
         };

@@ -60,8 +60,8 @@ pub fn for_each(mut each: impl FnMut(u64, u64)) {
     }
 }
 
-/// True if some range could not be noted (the leak check then says its result may
-/// understate leaks).
+/// True if some range could not be noted: memwarden's memory may then act as a root, so
+/// the leak check could understate leaks (never overstate them).
 pub fn overflowed() -> bool {
     FULL.load(Ordering::Relaxed)
 }

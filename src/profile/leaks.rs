@@ -39,7 +39,9 @@ impl LeakCheck {
         self.records
             .iter()
             .filter(|r| r.kind == kind)
-            .fold((0, 0), |(bytes, blocks), r| (bytes + r.bytes, blocks + r.blocks))
+            .fold((0, 0), |(bytes, blocks), r| {
+                (bytes + r.bytes, blocks + r.blocks)
+            })
     }
 }
 
@@ -59,7 +61,10 @@ pub(super) fn stored_leaks(header: &Header) -> u64 {
 pub(super) fn leak_region(header: &Header) -> (u64, u64) {
     match stored_leaks(header) {
         0 => (0, 0),
-        stored => (header.layout.leaks_offset, header.layout.leak_offset(stored)),
+        stored => (
+            header.layout.leaks_offset,
+            header.layout.leak_offset(stored),
+        ),
     }
 }
 
@@ -69,7 +74,9 @@ pub(super) fn parse_leaks(bytes: &[u8], header: &Header) -> Result<LeakCheck, Pr
         status,
         leak_status::NOT_RUN | leak_status::DONE | leak_status::SKIPPED
     ) {
-        return Err(ProfileError::LeakHeader(format!("unknown leak_status {status}")));
+        return Err(ProfileError::LeakHeader(format!(
+            "unknown leak_status {status}"
+        )));
     }
     if !matches!(header.leak_view, leak_view::MEMCHECK | leak_view::LSAN) {
         return Err(ProfileError::LeakHeader(format!(

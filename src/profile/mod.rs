@@ -4,8 +4,8 @@
 mod compact;
 mod dir;
 mod errors;
-mod leaks;
 mod failures;
+mod leaks;
 mod plain;
 mod reader;
 #[cfg(any(test, feature = "synthetic"))]

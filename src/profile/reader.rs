@@ -18,8 +18,8 @@ use memwarden_abi::{
 };
 
 use super::errors::{error_region, parse_errors, parse_guard_mode};
-use super::leaks::{leak_region, parse_leaks};
 use super::failures::{failure_region, parse_crash, parse_failures};
+use super::leaks::{leak_region, parse_leaks};
 use super::plain::{read_plain, read_u64};
 use super::{Module, Profile, Stack};
 use crate::{Error, Exit};

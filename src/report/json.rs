@@ -6,13 +6,14 @@ use serde::{Deserialize, Serialize};
 
 use super::errors::ErrorReport;
 use super::failures::{CrashReport, FailureReport};
+use super::leaks::{LeakCheckReport, LeakReport, LeakSummary};
 use super::{errors, failures, frames, site};
 use crate::analysis::{ExitSource, Process, StackFigures, Totals};
 use crate::symbolize::Symbolizer;
 use crate::Exit;
 
 /// Version of the `report.json` format.
-pub const REPORT_FORMAT_VERSION: u32 = 3;
+pub const REPORT_FORMAT_VERSION: u32 = 4;
 
 /// Function name given to the single frame of the reserved unknown stack.
 pub const UNKNOWN_STACK_LABEL: &str = "[unknown stack]";
@@ -87,6 +88,15 @@ pub struct ProcessReport {
     pub errors: Vec<ErrorReport>,
     /// Heap errors found, stored or not.
     pub error_count: u64,
+    /// The leak check at exit (`--leak-check`), or null when none was asked for.
+    #[serde(default)]
+    pub leak_check: Option<LeakCheckReport>,
+    /// Its findings per (allocation stack, kind), largest first.
+    #[serde(default)]
+    pub leaks: Vec<LeakReport>,
+    /// Bytes and blocks per kind, or null without a leak check.
+    #[serde(default)]
+    pub leak_summary: Option<LeakSummary>,
     /// Stacks, by bytes at the peak, then bytes allocated.
     pub stacks: Vec<StackReport>,
 }
@@ -187,6 +197,7 @@ pub(crate) fn ms(ns: u64) -> f64 {
 
 fn process(p: &Process, symbolizer: &mut Symbolizer) -> ProcessReport {
     let profile = p.profile;
+    let (leak_check, leaks, leak_summary) = super::leaks::leaks(profile, symbolizer);
     ProcessReport {
         pid: profile.pid,
         ppid: profile.ppid,
@@ -219,6 +230,9 @@ fn process(p: &Process, symbolizer: &mut Symbolizer) -> ProcessReport {
         guard_mode: crate::profile::guard_mode_name(profile.guard_mode).to_owned(),
         errors: errors::errors(profile, symbolizer),
         error_count: profile.error_count,
+        leak_check,
+        leaks,
+        leak_summary,
         stacks: p.stacks.iter().map(|s| stack(p, s, symbolizer)).collect(),
     }
 }

@@ -8,6 +8,8 @@ pub mod flamegraph;
 pub mod folded;
 mod frames;
 pub mod json;
+pub mod leak_gate;
+pub mod leaks;
 mod site;
 pub mod text;
 
@@ -34,6 +36,8 @@ pub struct Options {
     pub top: usize,
     /// Bold headings in the summary.
     pub colour: bool,
+    /// What the leak gate counts and leaves out.
+    pub leak_gate: leak_gate::LeakGate,
 }
 
 impl Default for Options {
@@ -41,6 +45,7 @@ impl Default for Options {
         Options {
             top: 5,
             colour: false,
+            leak_gate: leak_gate::LeakGate::default(),
         }
     }
 }
@@ -74,7 +79,8 @@ pub fn generate(dir: &Path, options: &Options) -> Result<Generated, Error> {
             .unwrap_or_default(),
     };
     let mut symbolizer = Symbolizer::new();
-    let report = json::build(command, &processes, &mut symbolizer);
+    let mut report = json::build(command, &processes, &mut symbolizer);
+    options.leak_gate.mark_suppressed(&mut report);
     let files = write_files(dir, &report)?;
 
     let mut footer = Vec::new();
@@ -90,12 +96,13 @@ pub fn generate(dir: &Path, options: &Options) -> Result<Generated, Error> {
         footer.push(format!("note: … and {more} more modules without symbols"));
     }
     footer.push(format!(
-        "memwarden: report written to {}: {REPORT_FILE}, peak.svg, not-freed.svg, allocated.svg (and .folded)",
+        "memwarden: report written to {}: {REPORT_FILE}, peak.svg, not-freed.svg, allocated.svg, leaked.svg (and .folded)",
         dir.display()
     ));
     let style = text::Style {
         top: options.top,
         colour: options.colour,
+        leak_kinds: options.leak_gate.kinds.clone(),
     };
     let summary = text::summary(&report, &style, &footer);
     Ok(Generated {

@@ -37,6 +37,9 @@ pub(crate) fn process_report(pid: u32, argv: &[&str]) -> ProcessReport {
         guard_mode: "none".to_owned(),
         errors: Vec::new(),
         error_count: 0,
+        leak_check: None,
+        leaks: Vec::new(),
+        leak_summary: None,
         stacks: Vec::new(),
     }
 }
