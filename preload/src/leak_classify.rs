@@ -12,6 +12,9 @@
 //! - LeakSanitizer's view: interior pointers count as pointers to the block (so nothing is
 //!   possible), and a lost block is indirect if any other lost block points into it.
 //!
+//! A pointer to the one 16-aligned place in a block's last 8 bytes is not counted: it is
+//! glibc's pointer to the next chunk, whose first word the block borrows.
+//!
 //! Blocks are sorted by address; a candidate word is looked up by binary search after a
 //! range check, so the cost is linear in the memory scanned times log(blocks).
 
@@ -84,7 +87,16 @@ impl<'a> Marker<'a> {
         let index = after.checked_sub(1)?;
         let block = &self.blocks[index];
         let at_start = value == block.start;
-        (at_start || value - block.start < block.size).then_some((index, at_start))
+        if at_start {
+            return Some((index, true));
+        }
+        let offset = value - block.start;
+        // glibc lends a block the first 8 bytes of the next chunk (its `prev_size`), so the
+        // next chunk's start — where glibc's free lists and top pointer point — can lie
+        // inside the block: the one 16-aligned place in its last 8 bytes. Not a pointer
+        // to the block.
+        let next_chunk = offset >= block.size.saturating_sub(8) && offset.is_multiple_of(16);
+        (offset < block.size && !next_chunk).then_some((index, false))
     }
 
     fn push(&mut self, index: usize) {

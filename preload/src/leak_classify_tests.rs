@@ -127,3 +127,13 @@ fn a_zero_sized_block_is_reached_by_its_start() {
     w.root(0, w.start(0));
     assert_eq!(w.classify(false), [R, D]);
 }
+
+#[test]
+fn glibcs_pointer_to_the_next_chunk_in_a_blocks_last_bytes_is_not_a_pointer_to_it() {
+    let mut w = World::new(2);
+    w.blocks[0].size = 40;
+    // 40 bytes: the next chunk would start 32 bytes in, inside the block's last 8 bytes.
+    w.root(0, w.start(0) + 32);
+    w.root(1, w.start(1) + 16);
+    assert_eq!(w.classify(false), [D, P]);
+}

@@ -120,7 +120,7 @@ pub fn folded(report: &Report, measure: Measure) -> String {
     for process in &report.processes {
         let root = process_label(process);
         if measure == Measure::Leaked {
-            for leak in leaked(process) {
+            for leak in leaked(process).filter(|l| l.bytes > 0) {
                 let mut line = root.clone();
                 for frame in leak.frames.iter().rev() {
                     line.push(';');
