@@ -505,13 +505,16 @@ pub mod leak_kind {
 
 /// Codes of [`Header::leak_status`].
 pub mod leak_status {
-    /// No leak check was asked for, or the process did not reach it (`_exit`, a signal).
+    /// No leak check was asked for.
     pub const NOT_RUN: u32 = 0;
     /// The check ran at exit; the leak records hold its result.
     pub const DONE: u32 = 1;
     /// The check was asked for but could not run (no scratch memory, a guard mode, a
     /// `vfork` child); nothing is known about leaks.
     pub const SKIPPED: u32 = 2;
+    /// The check was asked for and is due at exit; a process that ended without it (`_exit`,
+    /// a signal) or still runs keeps this status.
+    pub const PENDING: u32 = 3;
 }
 
 /// Codes of [`Header::leak_view`].

@@ -44,7 +44,11 @@ const MAX_SEGMENTS: usize = 16384;
 /// Registers the exit handler if this process is asked for a leak check. Called by the
 /// `__libc_start_main` wrapper before glibc's own start-up.
 pub fn register_at_start() {
-    if lifecycle::recorder().is_some_and(|r| r.config.numeric[LEAK_CHECK] != 0) {
+    if let Some(recorder) = lifecycle::recorder().filter(|r| r.config.numeric[LEAK_CHECK] != 0) {
+        recorder
+            .file
+            .word32(core::mem::offset_of!(Header, leak_status))
+            .store(leak_status::PENDING, Ordering::Release);
         // SAFETY: registers a handler with no argument, not tied to a module (never
         // unloaded: the handler is in this library, which is never closed).
         unsafe { __cxa_atexit(at_exit, core::ptr::null_mut(), core::ptr::null_mut()) };

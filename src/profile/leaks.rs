@@ -72,7 +72,7 @@ pub(super) fn parse_leaks(bytes: &[u8], header: &Header) -> Result<LeakCheck, Pr
     let status = header.leak_status;
     if !matches!(
         status,
-        leak_status::NOT_RUN | leak_status::DONE | leak_status::SKIPPED
+        leak_status::NOT_RUN | leak_status::DONE | leak_status::SKIPPED | leak_status::PENDING
     ) {
         return Err(ProfileError::LeakHeader(format!(
             "unknown leak_status {status}"

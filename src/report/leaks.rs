@@ -31,7 +31,8 @@ pub fn kind_code(name: &str) -> Option<u32> {
 /// How the leak check went in one process.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct LeakCheckReport {
-    /// `done`, `skipped` or `not_run` (`_exit`, a signal, or not asked for).
+    /// `done`; `skipped` (it could not run: a guard mode, no memory for it); `not_run` (the
+    /// process ended without running exit handlers: `_exit`, a signal; or it still runs).
     pub status: String,
     /// `memcheck` or `lsan`.
     pub view: String,
@@ -120,6 +121,7 @@ pub(crate) fn leaks(
     let status = match check.status {
         memwarden_abi::leak_status::DONE => "done",
         memwarden_abi::leak_status::SKIPPED => "skipped",
+        memwarden_abi::leak_status::PENDING => "not_run",
         _ => return (None, Vec::new(), None),
     };
     let mut records = check.records.clone();
@@ -170,13 +172,21 @@ pub fn write_leaks(out: &mut String, p: &ProcessReport, kinds: &[u32]) {
     let Some(check) = &p.leak_check else {
         return;
     };
-    if check.status != "done" {
-        let _ = writeln!(
-            out,
-            "memwarden: pid {}: leak check {} (a guard mode, or no memory for it)",
-            p.pid, check.status
-        );
-        return;
+    match check.status.as_str() {
+        "done" => {}
+        "not_run" if p.replaced_by_exec => return,
+        "not_run" => {
+            let _ = writeln!(
+                out,
+                "memwarden: pid {}: no leak check: the process ended without exit handlers (_exit or a signal)",
+                p.pid
+            );
+            return;
+        }
+        other => {
+            let _ = writeln!(out, "memwarden: pid {}: leak check {other}", p.pid);
+            return;
+        }
     }
     let (mut bytes, mut blocks) = (0u64, 0u64);
     for kind in KINDS {
