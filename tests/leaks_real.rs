@@ -61,7 +61,11 @@ fn numpys_import_and_a_small_computation_pass_the_gate() {
     if let Some(records) = valgrind_records(&scratch, &argv) {
         let theirs = valgrind_totals(&records);
         assert_eq!(
-            (summary.definite.blocks, summary.indirect.blocks, summary.possible.blocks),
+            (
+                summary.definite.blocks,
+                summary.indirect.blocks,
+                summary.possible.blocks
+            ),
             (theirs[0].1, theirs[1].1, theirs[2].1),
             "lost and possibly lost blocks as memcheck counts them"
         );

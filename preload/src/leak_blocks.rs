@@ -29,7 +29,7 @@ pub struct Interval {
 
 /// Where blocks can be: private, read-write, anonymous memory, not a stack and not
 /// memwarden's own (its scratch memory lies in these too, but holds no header).
-fn may_hold_blocks(v: &Vma) -> bool {
+pub fn may_hold_blocks(v: &Vma) -> bool {
     v.is_private_data() && v.has(vma::ANONYMOUS) && !v.has(vma::STACK)
 }
 

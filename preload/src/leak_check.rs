@@ -21,6 +21,7 @@ use memwarden_abi::{guard_mode, leak_status, Header, LeakRecord};
 use crate::config::{LEAK_CHECK, LEAK_VIEW};
 use crate::leak_blocks::{self, Interval};
 use crate::leak_classify::{kind_of, Block, Marker};
+use crate::leak_index::{self, BlockIndex, Region};
 use crate::leak_maps;
 use crate::leak_roots;
 use crate::leak_stop;
@@ -151,8 +152,30 @@ fn check(recorder: &Recorder, sp: u64, registers: &[u64]) -> Option<u32> {
     }
     let count = leak_roots::sort_and_merge(&mut excluded_all[..count]);
 
+    // The mappings that hold blocks, for the page index.
+    let mut ranges = ScratchArray::<Interval>::new(maps.as_slice().len() + 1)?;
+    let mut range_count = 0;
+    for v in maps
+        .as_slice()
+        .iter()
+        .filter(|v| leak_blocks::may_hold_blocks(v))
+    {
+        let first = blocks.partition_point(|b| b.start < v.start);
+        if blocks.get(first).is_some_and(|b| b.start < v.end) {
+            ranges.as_mut_slice()[range_count] = Interval {
+                start: v.start,
+                end: v.end,
+            };
+            range_count += 1;
+        }
+    }
+    let ranges = &ranges.as_slice()[..range_count];
+    let mut regions = ScratchArray::<Region>::new(range_count)?;
+    let mut pages = ScratchArray::<u32>::new(leak_index::pages_needed(ranges))?;
+    let index = BlockIndex::build(blocks, ranges, regions.as_mut_slice(), pages.as_mut_slice());
+
     let mut mark_stack = ScratchArray::<u32>::new(block_count * 2 + 1)?;
-    let mut marker = Marker::new(blocks, mark_stack.as_mut_slice(), lsan);
+    let mut marker = Marker::new(blocks, mark_stack.as_mut_slice(), lsan, Some(index));
     leak_roots::scan_memory_roots(
         &mut marker,
         &maps,

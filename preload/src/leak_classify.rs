@@ -15,8 +15,10 @@
 //! A pointer to the one 16-aligned place in a block's last 8 bytes is not counted: it is
 //! glibc's pointer to the next chunk, whose first word the block borrows.
 //!
-//! Blocks are sorted by address; a candidate word is looked up by binary search after a
-//! range check, so the cost is linear in the memory scanned times log(blocks).
+//! Blocks are sorted by address; a candidate word is looked up through a page index
+//! ([`crate::leak_index`]) after a range check, so the cost is linear in the memory scanned.
+
+use crate::leak_index::BlockIndex;
 
 /// A live tracked block.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -46,6 +48,7 @@ pub mod state {
 /// many entries.
 pub struct Marker<'a> {
     blocks: &'a mut [Block],
+    index: Option<BlockIndex<'a>>,
     stack: &'a mut [u32],
     top: usize,
     interior_counts: bool,
@@ -57,11 +60,17 @@ pub struct Marker<'a> {
 
 impl<'a> Marker<'a> {
     /// `blocks` sorted by start and not overlapping; `stack` with room for 2 × blocks.
-    pub fn new(blocks: &'a mut [Block], stack: &'a mut [u32], interior_counts: bool) -> Self {
+    pub fn new(
+        blocks: &'a mut [Block],
+        stack: &'a mut [u32],
+        interior_counts: bool,
+        index: Option<BlockIndex<'a>>,
+    ) -> Self {
         let low = blocks.first().map_or(u64::MAX, |b| b.start);
         let high = blocks.last().map_or(0, |b| b.start + b.size.max(1));
         Marker {
             blocks,
+            index,
             stack,
             top: 0,
             interior_counts,
@@ -83,8 +92,17 @@ impl<'a> Marker<'a> {
         if value < self.low || value >= self.high {
             return None;
         }
-        let after = self.blocks.partition_point(|b| b.start <= value);
-        let index = after.checked_sub(1)?;
+        let index = match &self.index {
+            Some(page_index) => {
+                let (low, high) = page_index.candidates(value)?;
+                let after = low + self.blocks[low..high].partition_point(|b| b.start <= value);
+                after.checked_sub(1)?
+            }
+            None => self
+                .blocks
+                .partition_point(|b| b.start <= value)
+                .checked_sub(1)?,
+        };
         let block = &self.blocks[index];
         let at_start = value == block.start;
         if at_start {

@@ -46,8 +46,30 @@ impl World {
     }
 
     fn classify(&mut self, lsan: bool) -> Vec<u32> {
+        let by_search = self.classify_with(lsan, false);
+        for block in &mut self.blocks {
+            block.state = state::UNREACHED;
+        }
+        let by_index = self.classify_with(lsan, true);
+        assert_eq!(
+            by_search, by_index,
+            "the page index finds what binary search finds"
+        );
+        by_index
+    }
+
+    fn classify_with(&mut self, lsan: bool, indexed: bool) -> Vec<u32> {
         let roots = self.memory.as_ptr() as u64;
-        let mut marker = Marker::new(&mut self.blocks, &mut self.stack, lsan);
+        let ranges = [crate::leak_blocks::Interval {
+            start: roots & !4095,
+            end: (roots + (self.memory.len() * 8) as u64).next_multiple_of(4096),
+        }];
+        let mut regions = [crate::leak_index::Region::default(); 1];
+        let mut pages = vec![0u32; crate::leak_index::pages_needed(&ranges)];
+        let index = indexed.then(|| {
+            crate::leak_index::BlockIndex::build(&self.blocks, &ranges, &mut regions, &mut pages)
+        });
+        let mut marker = Marker::new(&mut self.blocks, &mut self.stack, lsan, index);
         // SAFETY: the whole arena is readable; blocks inside it are skipped as roots.
         unsafe { marker.scan_root(roots, roots + (self.memory.len() * 8) as u64) };
         marker.propagate();

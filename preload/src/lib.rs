@@ -36,6 +36,7 @@ mod injection;
 mod leak_blocks;
 mod leak_check;
 mod leak_classify;
+mod leak_index;
 mod leak_maps;
 mod leak_roots;
 mod leak_stop;
