@@ -105,10 +105,10 @@ pub fn stop_others() -> Option<Stopped> {
                 new += 1;
             }
         });
-        wait_for(&ANSWERED, stopped.signalled);
         if new == 0 {
             break;
         }
+        wait_for(&ANSWERED, stopped.signalled);
     }
     stopped.missed += stopped.signalled - ANSWERED.load(Ordering::Acquire);
     Some(stopped)

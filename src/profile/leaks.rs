@@ -115,3 +115,79 @@ pub(super) fn parse_leaks(bytes: &[u8], header: &Header) -> Result<LeakCheck, Pr
         threads_missed: header.leak_threads_missed,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn header(records: u64) -> Header {
+        // SAFETY: Header is plain integers and arrays of them; all-zero is a valid value.
+        let mut header: Header = unsafe { std::mem::zeroed() };
+        header.stack_count = 3;
+        header.leak_status = leak_status::DONE;
+        header.leak_record_count = records;
+        header.layout.leak_capacity = 8;
+        header
+    }
+
+    fn bytes(records: &[LeakRecord]) -> Vec<u8> {
+        records
+            .iter()
+            .flat_map(|r| {
+                [
+                    r.stack.to_le_bytes().to_vec(),
+                    r.kind.to_le_bytes().to_vec(),
+                    r.blocks.to_le_bytes().to_vec(),
+                    r.bytes.to_le_bytes().to_vec(),
+                    r.reserved.to_le_bytes().to_vec(),
+                ]
+                .concat()
+            })
+            .collect()
+    }
+
+    fn record(stack: u32, kind: u32, blocks: u64, bytes: u64) -> LeakRecord {
+        LeakRecord {
+            stack,
+            kind,
+            blocks,
+            bytes,
+            reserved: 0,
+        }
+    }
+
+    #[test]
+    fn records_read_back_with_their_totals() {
+        let records = [
+            record(1, leak_kind::DEFINITE, 1, 77),
+            record(2, leak_kind::INDIRECT, 4, 128),
+        ];
+        let check = parse_leaks(&bytes(&records), &header(2)).unwrap();
+        assert!(check.done());
+        assert_eq!(check.records, records);
+        assert_eq!(check.total(leak_kind::INDIRECT), (128, 4));
+        assert_eq!(check.total(leak_kind::POSSIBLE), (0, 0));
+    }
+
+    #[test]
+    fn corrupt_records_and_fields_are_one_line_errors() {
+        let unknown_kind = [record(1, 9, 1, 1)];
+        let error = parse_leaks(&bytes(&unknown_kind), &header(1)).unwrap_err();
+        assert_eq!(error.to_string(), "leak record 0: unknown kind 9");
+        let bad_stack = [record(3, leak_kind::DEFINITE, 1, 1)];
+        let error = parse_leaks(&bytes(&bad_stack), &header(1)).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "leak record 0: stack 3 outside the 3 stacks in use"
+        );
+        let no_blocks = [record(1, leak_kind::DEFINITE, 0, 0)];
+        assert!(parse_leaks(&bytes(&no_blocks), &header(1)).is_err());
+        let mut bad_status = header(0);
+        bad_status.leak_status = 7;
+        let error = parse_leaks(&[], &bad_status).unwrap_err();
+        assert_eq!(error.to_string(), "corrupt header: unknown leak_status 7");
+        let mut bad_view = header(0);
+        bad_view.leak_view = 5;
+        assert!(parse_leaks(&[], &bad_view).is_err());
+    }
+}

@@ -113,7 +113,14 @@ impl ProfileBuilder {
             error_count: 0,
             guard_mode: 0,
             reserved1: 0,
-            reserved: [0; 30],
+            leak_status: 0,
+            leak_view: 0,
+            leak_record_count: 0,
+            leak_scanned_bytes: 0,
+            leak_scan_ns: 0,
+            leak_threads_stopped: 0,
+            leak_threads_missed: 0,
+            reserved: [0; 25],
             argv: [0; ARGV_CAPACITY],
         };
         let mut unknown_stack = stack_record();
