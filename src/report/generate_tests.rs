@@ -74,20 +74,22 @@ fn a_folder_becomes_a_report_files_and_a_summary() {
     let dir = tempfile::tempdir().unwrap();
     write_run(dir.path());
     let done = generate(dir.path(), &Options::default()).unwrap();
-    assert_eq!(done.files.len(), 7);
+    assert_eq!(done.files.len(), 9);
     for name in [
         "report.json",
         "peak.svg",
         "peak.folded",
         "not-freed.svg",
         "allocated.folded",
+        "leaked.svg",
+        "leaked.folded",
     ] {
         assert!(dir.path().join(name).is_file(), "{name}");
     }
 
     let json: serde_json::Value =
         serde_json::from_str(&fs::read_to_string(dir.path().join("report.json")).unwrap()).unwrap();
-    assert_eq!(json["format_version"], 3);
+    assert_eq!(json["format_version"], 4);
     assert_eq!(json["command"], serde_json::json!(["sh", "-c", "prog a"]));
     let processes = json["processes"].as_array().unwrap();
     let summary: Vec<_> = processes
