@@ -13,6 +13,7 @@
 //! layout.errors_offset     ErrorRecord   × error_capacity    (heap errors found by guards)
 //! layout.codes_offset      CodeRecord    × code_capacity     (Python code objects seen in stacks)
 //! layout.blob_offset       u8            × blob_capacity     (their names and line tables)
+//! layout.leaks_offset      LeakRecord    × leak_capacity     (leak check at exit, `leak`)
 //! ```
 //!
 //! A frame word is a native return address unless its top bits tag it: see [`python`].
@@ -133,6 +134,10 @@ pub struct Layout {
     pub blob_capacity: u64,
     /// Total size of the file when every region is full.
     pub file_size: u64,
+    /// Byte offset of the first [`LeakRecord`] (see [`Layout::with_leak_capacity`]).
+    pub leaks_offset: u64,
+    /// Number of leak records the file has room for.
+    pub leak_capacity: u64,
 }
 
 const PAGE: u64 = 4096;
@@ -224,7 +229,34 @@ impl Layout {
             blob_offset,
             blob_capacity,
             file_size: round_up_to_page(file_size),
+            leaks_offset: round_up_to_page(file_size),
+            leak_capacity: 0,
         })
+    }
+
+    /// This layout with a leak region of `capacity` records appended at the end of the file;
+    /// `None` if the file size would overflow.
+    pub const fn with_leak_capacity(self, capacity: u64) -> Option<Self> {
+        let leaks_offset = self.leaks_offset;
+        let Some(bytes) = capacity.checked_mul(core::mem::size_of::<LeakRecord>() as u64) else {
+            return None;
+        };
+        let Some(end) = leaks_offset.checked_add(bytes) else {
+            return None;
+        };
+        if end > u64::MAX - PAGE {
+            return None;
+        }
+        Some(Layout {
+            leak_capacity: capacity,
+            file_size: round_up_to_page(end),
+            ..self
+        })
+    }
+
+    /// Byte offset of leak record `index`.
+    pub const fn leak_offset(&self, index: u64) -> u64 {
+        self.leaks_offset + index * core::mem::size_of::<LeakRecord>() as u64
     }
 
     /// Byte offset of error record `index`.
@@ -346,8 +378,23 @@ pub struct Header {
     pub python_version: u32,
     /// Reserved, zero.
     pub reserved2: u32,
+    /// The leak check's outcome: one of [`leak_status`] (*live*, written at exit).
+    pub leak_status: u32,
+    /// The reachability view the leak check classified with: one of [`leak_view`].
+    pub leak_view: u32,
+    /// Leak records (one per stack and kind); beyond `leak_capacity` counted, not stored.
+    pub leak_record_count: u64,
+    /// Bytes of memory the leak check read (roots and heap blocks).
+    pub leak_scanned_bytes: u64,
+    /// ns the leak check took, threads stopped to threads resumed.
+    pub leak_scan_ns: u64,
+    /// Threads the leak check stopped (besides the exiting one).
+    pub leak_threads_stopped: u32,
+    /// Threads that did not answer the stop signal in time (their stacks were scanned
+    /// whole, their registers not at all).
+    pub leak_threads_missed: u32,
     /// Reserved for later format additions, zero.
-    pub reserved: [u64; 27],
+    pub reserved: [u64; 22],
     /// The command line, arguments separated by NUL.
     pub argv: [u8; ARGV_CAPACITY],
 }
@@ -464,6 +511,67 @@ pub mod error_kind {
     }
 }
 
+/// The figures of one (allocation stack, leak kind) pair found by the leak check.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LeakRecord {
+    /// The blocks' allocation stack (see [`StackRecord`]).
+    pub stack: u32,
+    /// One of [`leak_kind`].
+    pub kind: u32,
+    /// Blocks of this stack in this kind.
+    pub blocks: u64,
+    /// Their requested bytes.
+    pub bytes: u64,
+    /// Reserved, zero.
+    pub reserved: u64,
+}
+
+/// Codes of [`LeakRecord::kind`], as Valgrind memcheck names them.
+pub mod leak_kind {
+    /// Nothing points to the block.
+    pub const DEFINITE: u32 = 1;
+    /// Pointed to only from lost blocks.
+    pub const INDIRECT: u32 = 2;
+    /// Reached only through pointers into its inside.
+    pub const POSSIBLE: u32 = 3;
+    /// A chain of pointers to block starts leads to it from a root.
+    pub const REACHABLE: u32 = 4;
+
+    /// The name used in reports and options.
+    pub const fn name(code: u32) -> &'static str {
+        match code {
+            DEFINITE => "definite",
+            INDIRECT => "indirect",
+            POSSIBLE => "possible",
+            REACHABLE => "reachable",
+            _ => "unknown",
+        }
+    }
+}
+
+/// Codes of [`Header::leak_status`].
+pub mod leak_status {
+    /// No leak check was asked for.
+    pub const NOT_RUN: u32 = 0;
+    /// The check ran at exit; the leak records hold its result.
+    pub const DONE: u32 = 1;
+    /// The check was asked for but could not run (no scratch memory, a guard mode, a
+    /// `vfork` child); nothing is known about leaks.
+    pub const SKIPPED: u32 = 2;
+    /// The check was asked for and is due at exit; a process that ended without it (`_exit`,
+    /// a signal) or still runs keeps this status.
+    pub const PENDING: u32 = 3;
+}
+
+/// Codes of [`Header::leak_view`].
+pub mod leak_view {
+    /// Valgrind memcheck's: a block reached only through interior pointers is "possible".
+    pub const MEMCHECK: u32 = 0;
+    /// LeakSanitizer's: interior pointers count as pointers to the block.
+    pub const LSAN: u32 = 1;
+}
+
 /// Codes of [`Header::guard_mode`].
 pub mod guard_mode {
     /// No guard: plain profiling.
@@ -578,6 +686,7 @@ const _: () = assert!(core::mem::size_of::<StackRecord>() == 128);
 const _: () = assert!(core::mem::size_of::<ModuleRecord>() == 512);
 const _: () = assert!(core::mem::size_of::<FailureRecord>() == 48);
 const _: () = assert!(core::mem::size_of::<ErrorRecord>() == 48);
+const _: () = assert!(core::mem::size_of::<LeakRecord>() == 32);
 const _: () = assert!(core::mem::offset_of!(Header, heap) % 16 == 0);
 
 /// Capacities the preload uses unless told otherwise.
@@ -598,6 +707,8 @@ pub mod defaults {
     pub const CODE_CAPACITY: u64 = 1 << 20;
     /// Bytes for their names and line tables.
     pub const BLOB_CAPACITY: u64 = 1 << 28;
+    /// Leak records (stack, kind) stored (more are counted).
+    pub const LEAK_CAPACITY: u64 = 1 << 16;
 }
 
 /// The figures of one stack at the process's peak, by the rule in the crate docs.
@@ -652,5 +763,18 @@ mod tests {
         assert!(Layout::new(1, 1, 1, 1, u64::MAX / 2, 1, 1).is_none());
         assert!(Layout::new(1, 1, 1, 1, 1, u64::MAX / 2, 1).is_none());
         assert!(Layout::new(1, 1, 1, 1, 1, 1, u64::MAX).is_none());
+        let l = Layout::new(1, 1, 1, 1, 1, 1, 1).unwrap();
+        assert!(l.with_leak_capacity(u64::MAX / 2).is_none());
+    }
+
+    #[test]
+    fn the_leak_region_comes_last() {
+        let l = Layout::new(1, 1, 1, 1, 1, 1, 1).unwrap();
+        let with = l.with_leak_capacity(100).unwrap();
+        assert_eq!(with.leaks_offset, l.file_size);
+        assert_eq!(with.leak_offset(1), l.file_size + 32);
+        assert!(with.file_size >= with.leak_offset(100));
+        assert_eq!(with.leaks_offset % 4096, 0);
+        assert_eq!(l.leak_capacity, 0);
     }
 }

@@ -41,6 +41,9 @@ impl PerStack {
                 0,
             )
         };
+        if bytes != libc::MAP_FAILED {
+            crate::own_regions::note(bytes.cast(), len as usize);
+        }
         (bytes != libc::MAP_FAILED).then_some(PerStack {
             bytes: bytes.cast(),
             len,

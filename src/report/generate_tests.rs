@@ -83,6 +83,8 @@ fn a_folder_becomes_a_report_files_and_a_summary() {
         "allocated.folded",
         "numpy-peak.svg",
         "numpy-peak.folded",
+        "leaked.svg",
+        "leaked.folded",
     ] {
         assert!(dir.path().join(name).is_file(), "{name}");
     }

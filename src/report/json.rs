@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use super::errors::ErrorReport;
 use super::failures::{CrashReport, FailureReport};
+use super::leaks::{LeakCheckReport, LeakReport, LeakSummary};
 use super::{errors, failures, frames, site};
 use crate::analysis::{ExitSource, Process, StackFigures, Totals};
 use crate::profile::python_version_text;
@@ -96,6 +97,15 @@ pub struct ProcessReport {
     /// NumPy array data: sums over the stacks of category `numpy`.
     #[serde(default)]
     pub numpy: NumpyFigures,
+    /// The leak check at exit (`--leak-check`), or null when none was asked for.
+    #[serde(default)]
+    pub leak_check: Option<LeakCheckReport>,
+    /// Its findings per (allocation stack, kind), largest first.
+    #[serde(default)]
+    pub leaks: Vec<LeakReport>,
+    /// Bytes and blocks per kind, or null without a leak check.
+    #[serde(default)]
+    pub leak_summary: Option<LeakSummary>,
     /// Stacks, by bytes at the peak, then bytes allocated.
     pub stacks: Vec<StackReport>,
 }
@@ -221,6 +231,7 @@ pub(crate) fn ms(ns: u64) -> f64 {
 
 fn process(p: &Process, symbolizer: &mut Symbolizer) -> ProcessReport {
     let profile = p.profile;
+    let (leak_check, leaks, leak_summary) = super::leaks::leaks(profile, symbolizer);
     ProcessReport {
         pid: profile.pid,
         ppid: profile.ppid,
@@ -255,6 +266,9 @@ fn process(p: &Process, symbolizer: &mut Symbolizer) -> ProcessReport {
         error_count: profile.error_count,
         python_version: python_version_text(profile.python_version),
         numpy: p.numpy,
+        leak_check,
+        leaks,
+        leak_summary,
         stacks: p.stacks.iter().map(|s| stack(p, s, symbolizer)).collect(),
     }
 }

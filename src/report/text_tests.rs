@@ -6,6 +6,7 @@ use crate::Exit;
 
 fn style() -> Style {
     Style {
+        leak_kinds: crate::report::leaks::DEFAULT_GATE_KINDS.to_vec(),
         top: 2,
         colour: false,
     }
@@ -99,6 +100,7 @@ fn colour_only_when_asked() {
     let bold = summary(
         &report,
         &Style {
+            leak_kinds: crate::report::leaks::DEFAULT_GATE_KINDS.to_vec(),
             top: 1,
             colour: true,
         },
