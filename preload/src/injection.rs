@@ -10,8 +10,8 @@
 use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicU8, Ordering};
 
-use memwarden_abi::{failed_function, FailureRecord, Header};
 use memwarden_abi::python::{decode, FrameWord};
+use memwarden_abi::{failed_function, FailureRecord, Header};
 use memwarden_faults::{calls, parse_rules, site_key, Call, FrameGlob, FrameTarget, Rule};
 
 use crate::elf_symbols::SymbolCache;

@@ -21,8 +21,8 @@ use crate::Exit;
 pub use compact::compact_profile_file;
 pub use dir::{load_dir, profile_paths, OutputDir};
 pub use errors::guard_mode_name;
-pub use python::{python_version_text, PythonCode};
 pub use leaks::{leak_view_name, LeakCheck};
+pub use python::{python_version_text, PythonCode};
 pub use reader::{read_profile, read_profile_file, ProfileError, Source};
 
 /// One process image as its profile file recorded it.
