@@ -13,6 +13,7 @@
 //! layout.errors_offset     ErrorRecord   × error_capacity    (heap errors found by guards)
 //! layout.codes_offset      CodeRecord    × code_capacity     (Python code objects seen in stacks)
 //! layout.blob_offset       u8            × blob_capacity     (their names and line tables)
+//! layout.leaks_offset      LeakRecord    × leak_capacity     (leak check at exit, `leak`)
 //! ```
 //!
 //! A frame word is a native return address unless its top bits tag it: see [`python`].
@@ -36,7 +37,12 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
+mod codes;
+mod layout;
 pub mod python;
+
+pub use codes::*;
+pub use layout::Layout;
 
 /// First eight bytes of every profile file.
 pub const MAGIC: [u8; 8] = *b"MWPROF\0\0";
@@ -59,204 +65,6 @@ pub const UNKNOWN_STACK_ID: u32 = 0;
 pub const RAW_DIR: &str = "raw";
 /// Extension of a profile file.
 pub const PROFILE_EXTENSION: &str = "mwp";
-
-/// How a process ended, as far as the process itself could record it.
-pub mod exit_kind {
-    /// Still running, or killed before it could record anything (SIGKILL, crash).
-    pub const UNKNOWN: u32 = 0;
-    /// `exit_value` is the exit status given to `exit`/`_exit` or returned from `main`.
-    pub const CODE: u32 = 1;
-    /// `exit_value` is a signal number (`abort` records SIGABRT).
-    pub const SIGNAL: u32 = 2;
-}
-
-/// Bits of [`Header::flags`].
-pub mod flags {
-    /// Tracking stopped early (see `degraded_reason`); figures cover the time before that.
-    pub const DEGRADED: u64 = 1 << 0;
-    /// The stack table or frame area filled up; later new stacks were counted under
-    /// [`crate::UNKNOWN_STACK_ID`].
-    pub const STACKS_FULL: u64 = 1 << 1;
-    /// The process was created by `fork` and started with its parent's live heap.
-    pub const FORKED: u64 = 1 << 2;
-    /// The main program defines its own `malloc`, so calls to it bypass memwarden.
-    pub const OWN_MALLOC: u64 = 1 << 3;
-    /// The command line was longer than [`crate::ARGV_CAPACITY`] and was cut.
-    pub const ARGV_TRUNCATED: u64 = 1 << 4;
-    /// The module table filled up; frames in later modules cannot be symbolized.
-    pub const MODULES_FULL: u64 = 1 << 5;
-}
-
-/// Why tracking stopped, in [`Header::degraded_reason`].
-pub mod degraded_reason {
-    /// Tracking did not stop.
-    pub const NONE: u32 = 0;
-    /// The profile file could not be grown (disk full or quota).
-    pub const FILE_GROW_FAILED: u32 = 1;
-    /// The address map could not get memory for a new block.
-    pub const ADDRESS_MAP_FULL: u32 = 2;
-    /// A live-byte sum overflowed 64 bits (a corrupt size or a wild free).
-    pub const COUNTER_OVERFLOW: u32 = 3;
-}
-
-/// Where each region starts and how many records it holds.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Layout {
-    /// Byte offset of the first [`ModuleRecord`].
-    pub modules_offset: u64,
-    /// Number of module records the file has room for.
-    pub module_capacity: u64,
-    /// Byte offset of the first [`StackRecord`].
-    pub stacks_offset: u64,
-    /// Number of stack records the file has room for (ids `0..stack_capacity`).
-    pub stack_capacity: u64,
-    /// Byte offset of the frame area.
-    pub frames_offset: u64,
-    /// Number of `u64` frame words the file has room for.
-    pub frame_capacity: u64,
-    /// Byte offset of the first [`FailureRecord`].
-    pub failures_offset: u64,
-    /// Number of failure records the file has room for.
-    pub failure_capacity: u64,
-    /// Byte offset of the first [`ErrorRecord`].
-    pub errors_offset: u64,
-    /// Number of error records the file has room for.
-    pub error_capacity: u64,
-    /// Byte offset of the first [`python::CodeRecord`].
-    pub codes_offset: u64,
-    /// Number of code records the file has room for.
-    pub code_capacity: u64,
-    /// Byte offset of the blob area (bytes that code records point into).
-    pub blob_offset: u64,
-    /// Bytes the blob area has room for.
-    pub blob_capacity: u64,
-    /// Total size of the file when every region is full.
-    pub file_size: u64,
-}
-
-const PAGE: u64 = 4096;
-
-const fn round_up_to_page(n: u64) -> u64 {
-    n.div_ceil(PAGE) * PAGE
-}
-
-impl Layout {
-    /// The layout for the given capacities; `None` if the file size would overflow.
-    pub const fn new(
-        module_capacity: u64,
-        stack_capacity: u64,
-        frame_capacity: u64,
-        failure_capacity: u64,
-        error_capacity: u64,
-        code_capacity: u64,
-        blob_capacity: u64,
-    ) -> Option<Self> {
-        let modules_offset = HEADER_SIZE;
-        let Some(modules_bytes) =
-            module_capacity.checked_mul(core::mem::size_of::<ModuleRecord>() as u64)
-        else {
-            return None;
-        };
-        let Some(stacks_offset) = modules_offset.checked_add(modules_bytes) else {
-            return None;
-        };
-        let stacks_offset = round_up_to_page(stacks_offset);
-        let Some(stacks_bytes) =
-            stack_capacity.checked_mul(core::mem::size_of::<StackRecord>() as u64)
-        else {
-            return None;
-        };
-        let Some(frames_offset) = stacks_offset.checked_add(stacks_bytes) else {
-            return None;
-        };
-        let frames_offset = round_up_to_page(frames_offset);
-        let Some(frames_bytes) = frame_capacity.checked_mul(8) else {
-            return None;
-        };
-        let Some(failures_offset) = frames_offset.checked_add(frames_bytes) else {
-            return None;
-        };
-        let failures_offset = round_up_to_page(failures_offset);
-        let Some(failures_bytes) =
-            failure_capacity.checked_mul(core::mem::size_of::<FailureRecord>() as u64)
-        else {
-            return None;
-        };
-        let Some(errors_offset) = failures_offset.checked_add(failures_bytes) else {
-            return None;
-        };
-        let errors_offset = round_up_to_page(errors_offset);
-        let Some(errors_bytes) =
-            error_capacity.checked_mul(core::mem::size_of::<ErrorRecord>() as u64)
-        else {
-            return None;
-        };
-        let Some(codes_offset) = errors_offset.checked_add(errors_bytes) else {
-            return None;
-        };
-        let codes_offset = round_up_to_page(codes_offset);
-        let Some(codes_bytes) =
-            code_capacity.checked_mul(core::mem::size_of::<python::CodeRecord>() as u64)
-        else {
-            return None;
-        };
-        let Some(blob_offset) = codes_offset.checked_add(codes_bytes) else {
-            return None;
-        };
-        let blob_offset = round_up_to_page(blob_offset);
-        let Some(file_size) = blob_offset.checked_add(blob_capacity) else {
-            return None;
-        };
-        Some(Layout {
-            modules_offset,
-            module_capacity,
-            stacks_offset,
-            stack_capacity,
-            frames_offset,
-            frame_capacity,
-            failures_offset,
-            failure_capacity,
-            errors_offset,
-            error_capacity,
-            codes_offset,
-            code_capacity,
-            blob_offset,
-            blob_capacity,
-            file_size: round_up_to_page(file_size),
-        })
-    }
-
-    /// Byte offset of error record `index`.
-    pub const fn error_offset(&self, index: u64) -> u64 {
-        self.errors_offset + index * core::mem::size_of::<ErrorRecord>() as u64
-    }
-
-    /// Byte offset of code record `index`.
-    pub const fn code_offset(&self, index: u64) -> u64 {
-        self.codes_offset + index * core::mem::size_of::<python::CodeRecord>() as u64
-    }
-
-    /// Byte offset of failure record `index`.
-    pub const fn failure_offset(&self, index: u64) -> u64 {
-        self.failures_offset + index * core::mem::size_of::<FailureRecord>() as u64
-    }
-
-    /// Byte offset of stack record `id`.
-    pub const fn stack_offset(&self, id: u64) -> u64 {
-        self.stacks_offset + id * core::mem::size_of::<StackRecord>() as u64
-    }
-
-    /// Byte offset of module record `index`.
-    pub const fn module_offset(&self, index: u64) -> u64 {
-        self.modules_offset + index * core::mem::size_of::<ModuleRecord>() as u64
-    }
-
-    /// Byte offset of frame word `index`.
-    pub const fn frame_offset(&self, index: u64) -> u64 {
-        self.frames_offset + index * 8
-    }
-}
 
 /// The first [`HEADER_SIZE`] bytes of a profile file.
 ///
@@ -346,8 +154,23 @@ pub struct Header {
     pub python_version: u32,
     /// Reserved, zero.
     pub reserved2: u32,
+    /// The leak check's outcome: one of [`leak_status`] (*live*, written at exit).
+    pub leak_status: u32,
+    /// The reachability view the leak check classified with: one of [`leak_view`].
+    pub leak_view: u32,
+    /// Leak records (one per stack and kind); beyond `leak_capacity` counted, not stored.
+    pub leak_record_count: u64,
+    /// Bytes of memory the leak check read (roots and heap blocks).
+    pub leak_scanned_bytes: u64,
+    /// ns the leak check took, threads stopped to threads resumed.
+    pub leak_scan_ns: u64,
+    /// Threads the leak check stopped (besides the exiting one).
+    pub leak_threads_stopped: u32,
+    /// Threads that did not answer the stop signal in time (their stacks were scanned
+    /// whole, their registers not at all).
+    pub leak_threads_missed: u32,
     /// Reserved for later format additions, zero.
-    pub reserved: [u64; 27],
+    pub reserved: [u64; 22],
     /// The command line, arguments separated by NUL.
     pub argv: [u8; ARGV_CAPACITY],
 }
@@ -428,99 +251,20 @@ pub struct ErrorRecord {
     pub time_ns: u64,
 }
 
-/// Codes of [`ErrorRecord::kind`].
-pub mod error_kind {
-    /// Bytes after the end of a block were written.
-    pub const HEAP_BUFFER_OVERFLOW: u32 = 1;
-    /// Bytes before a block (its header or front redzone) were written.
-    pub const HEAP_BUFFER_UNDERFLOW: u32 = 2;
-    /// A block was freed twice.
-    pub const DOUBLE_FREE: u32 = 3;
-    /// A pointer memwarden never returned (or the inside of a block) was freed.
-    pub const INVALID_FREE: u32 = 4;
-    /// Allocation and deallocation functions do not match (`new[]` freed with `free`…).
-    pub const ALLOC_DEALLOC_MISMATCH: u32 = 5;
-    /// A sized deallocation named another size than the block's.
-    pub const SIZE_MISMATCH: u32 = 6;
-    /// A freed block was accessed (page mode: faulting access; header mode: its free
-    /// pattern was overwritten while it waited in quarantine).
-    pub const USE_AFTER_FREE: u32 = 7;
-    /// An alignment argument glibc refuses (posix_memalign, aligned_alloc, memalign).
-    pub const INVALID_ALIGNMENT: u32 = 8;
-
-    /// The name shown in reports, as sanitizers spell them.
-    pub const fn name(code: u32) -> &'static str {
-        match code {
-            HEAP_BUFFER_OVERFLOW => "heap-buffer-overflow",
-            HEAP_BUFFER_UNDERFLOW => "heap-buffer-underflow",
-            DOUBLE_FREE => "double-free",
-            INVALID_FREE => "invalid-free",
-            ALLOC_DEALLOC_MISMATCH => "alloc-dealloc-mismatch",
-            SIZE_MISMATCH => "size-mismatch",
-            USE_AFTER_FREE => "heap-use-after-free",
-            INVALID_ALIGNMENT => "invalid-alignment",
-            _ => "unknown",
-        }
-    }
-}
-
-/// Codes of [`Header::guard_mode`].
-pub mod guard_mode {
-    /// No guard: plain profiling.
-    pub const NONE: u32 = 0;
-    /// Headers and canary redzones, checked at free and at exit.
-    pub const HEADER: u32 = 1;
-    /// Every block against an inaccessible page; freed blocks kept inaccessible.
-    pub const PAGE: u32 = 2;
-    /// One block in N in a guarded slot of a bounded pool.
-    pub const SAMPLED: u32 = 3;
-}
-
-/// Codes of [`FailureRecord::function`].
-pub mod failed_function {
-    /// `malloc`.
-    pub const MALLOC: u32 = 1;
-    /// `calloc`.
-    pub const CALLOC: u32 = 2;
-    /// `realloc`.
-    pub const REALLOC: u32 = 3;
-    /// `reallocarray`.
-    pub const REALLOCARRAY: u32 = 4;
-    /// `posix_memalign`.
-    pub const POSIX_MEMALIGN: u32 = 5;
-    /// `aligned_alloc`.
-    pub const ALIGNED_ALLOC: u32 = 6;
-    /// `memalign`.
-    pub const MEMALIGN: u32 = 7;
-    /// `valloc`.
-    pub const VALLOC: u32 = 8;
-    /// `pvalloc`.
-    pub const PVALLOC: u32 = 9;
-    /// C++ `operator new` (any form but array).
-    pub const OPERATOR_NEW: u32 = 10;
-    /// C++ `operator new[]`.
-    pub const OPERATOR_NEW_ARRAY: u32 = 11;
-    /// Anonymous `mmap`.
-    pub const MMAP: u32 = 12;
-
-    /// The name shown in reports.
-    pub const fn name(code: u32) -> &'static str {
-        match code {
-            MALLOC => "malloc",
-            CALLOC => "calloc",
-            REALLOC => "realloc",
-            REALLOCARRAY => "reallocarray",
-            POSIX_MEMALIGN => "posix_memalign",
-            ALIGNED_ALLOC => "aligned_alloc",
-            MEMALIGN => "memalign",
-            VALLOC => "valloc",
-            PVALLOC => "pvalloc",
-            OPERATOR_NEW => "operator new",
-            OPERATOR_NEW_ARRAY => "operator new[]",
-            MMAP => "mmap",
-            _ => "unknown",
-        }
-    }
+/// The figures of one (allocation stack, leak kind) pair found by the leak check.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LeakRecord {
+    /// The blocks' allocation stack (see [`StackRecord`]).
+    pub stack: u32,
+    /// One of [`leak_kind`].
+    pub kind: u32,
+    /// Blocks of this stack in this kind.
+    pub blocks: u64,
+    /// Their requested bytes.
+    pub bytes: u64,
+    /// Reserved, zero.
+    pub reserved: u64,
 }
 
 /// Module flag: the main executable.
@@ -578,6 +322,7 @@ const _: () = assert!(core::mem::size_of::<StackRecord>() == 128);
 const _: () = assert!(core::mem::size_of::<ModuleRecord>() == 512);
 const _: () = assert!(core::mem::size_of::<FailureRecord>() == 48);
 const _: () = assert!(core::mem::size_of::<ErrorRecord>() == 48);
+const _: () = assert!(core::mem::size_of::<LeakRecord>() == 32);
 const _: () = assert!(core::mem::offset_of!(Header, heap) % 16 == 0);
 
 /// Capacities the preload uses unless told otherwise.
@@ -598,6 +343,8 @@ pub mod defaults {
     pub const CODE_CAPACITY: u64 = 1 << 20;
     /// Bytes for their names and line tables.
     pub const BLOB_CAPACITY: u64 = 1 << 28;
+    /// Leak records (stack, kind) stored (more are counted).
+    pub const LEAK_CAPACITY: u64 = 1 << 16;
 }
 
 /// The figures of one stack at the process's peak, by the rule in the crate docs.
@@ -615,42 +362,4 @@ pub fn at_peak(stack: &StackRecord, live: u64, peak: u64) -> (u64, u64) {
 /// The process's peak live bytes, by the rule in the crate docs.
 pub fn peak_bytes(live: u64, peak: u64) -> u64 {
     live.max(peak)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn default_layout_is_page_aligned_and_ordered() {
-        let l = Layout::new(
-            defaults::MODULE_CAPACITY,
-            defaults::STACK_CAPACITY,
-            defaults::FRAME_CAPACITY,
-            defaults::FAILURE_CAPACITY,
-            defaults::ERROR_CAPACITY,
-            defaults::CODE_CAPACITY,
-            defaults::BLOB_CAPACITY,
-        )
-        .unwrap();
-        assert_eq!(l.modules_offset, HEADER_SIZE);
-        assert!(l.stacks_offset >= l.modules_offset + l.module_capacity * 512);
-        assert_eq!(l.stacks_offset % 4096, 0);
-        assert_eq!(l.frames_offset % 4096, 0);
-        assert!(l.failures_offset >= l.frames_offset + l.frame_capacity * 8);
-        assert!(l.errors_offset >= l.failures_offset + l.failure_capacity * 48);
-        assert!(l.codes_offset >= l.errors_offset + l.error_capacity * 48);
-        assert!(l.blob_offset >= l.codes_offset + l.code_capacity * 64);
-        assert!(l.file_size >= l.blob_offset + l.blob_capacity);
-    }
-
-    #[test]
-    fn layout_overflow_is_refused() {
-        assert!(Layout::new(u64::MAX, 1, 1, 1, 1, 1, 1).is_none());
-        assert!(Layout::new(1, u64::MAX / 2, 1, 1, 1, 1, 1).is_none());
-        assert!(Layout::new(1, 1, 1, u64::MAX / 2, 1, 1, 1).is_none());
-        assert!(Layout::new(1, 1, 1, 1, u64::MAX / 2, 1, 1).is_none());
-        assert!(Layout::new(1, 1, 1, 1, 1, u64::MAX / 2, 1).is_none());
-        assert!(Layout::new(1, 1, 1, 1, 1, 1, u64::MAX).is_none());
-    }
 }

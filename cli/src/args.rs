@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use memwarden_abi::MAX_DEPTH_LIMIT;
 
 use crate::guard_args::GuardArgs;
+use crate::leak_args::LeakArgs;
 
 /// Default output folder of `run`, relative to the current directory.
 pub const DEFAULT_OUTPUT: &str = "memwarden-out";
@@ -22,8 +23,10 @@ memwarden: a heap profiler and heap checker for Linux programs
 
 usage:
   memwarden run [-o DIR] [--max-depth N] [--top N] [--fail RULE]... [--seed S]
-                [--guard MODE] [guard options] [--error-exitcode N] [--] CMD [ARGS...]
+                [--guard MODE] [guard options] [--leak-check [leak options]]
+                [--error-exitcode N] [--] CMD [ARGS...]
   memwarden report [--top N] DIR
+  memwarden leaks --write-baseline REPORT [-o FILE]
   memwarden sweep [-o DIR] [--max-runs N] [--timeout SECS] [--jobs N] [--] CMD [ARGS...]
 
 memwarden run      runs CMD with libmemwarden.so preloaded, follows every process it
@@ -53,11 +56,23 @@ memwarden run      runs CMD with libmemwarden.so preloaded, follows every proces
   --quarantine SIZE  freed bytes kept back to catch use after free, e.g. 16MiB
                      (default: 64MiB in page and sampled modes and with --fill-free,
                      none otherwise)
-  --error-exitcode N exit with N (0-255) when a heap error was found
+  --leak-check       when each process exits, find the blocks nothing points to any
+                     more (definite, indirect, possible, reachable, as Valgrind
+                     memcheck says); see docs/leaks.md
+  --leak-kinds K,..  kinds the gate counts (default: definite,indirect)
+  --leak-view V      memcheck (default) or lsan (interior pointers count as pointers)
+  --max-leaked-bytes N  the gate passes while counted leaks total at most N bytes
+  --suppressions FILE   LeakSanitizer-style `leak:PATTERN` lines
+  --baseline FILE    leaks listed there (by `memwarden leaks --write-baseline`) do not count
+  --error-exitcode N exit with N (0-255) when a heap error was found, or a leak the
+                     gate counts (with --leak-check)
 
 memwarden report   renders the report of an earlier run again, from DIR/raw/*.mwp
                    and DIR/run.json, and prints the summary on stdout
   --top N            stacks shown per process in the summary (default: 5)
+
+memwarden leaks    --write-baseline REPORT writes the leaks of a report.json (or of the
+                   folder holding it) as a baseline file, to FILE or stdout
 
 memwarden sweep    runs CMD once to find its allocation call sites, then once per site
                    with that site's first allocation failing, and reports which sites
@@ -85,6 +100,7 @@ pub enum Command {
     Report(ReportArgs),
     /// `memwarden sweep`.
     Sweep(crate::sweep_args::SweepArgs),
+    Leaks(crate::leak_args::LeaksArgs),
     /// `--help`: print [`USAGE`].
     Help,
     /// `--version`.
@@ -106,6 +122,8 @@ pub struct RunArgs {
     pub seed: u64,
     /// `--guard` and the options that go with it.
     pub guard: GuardArgs,
+    /// `--leak-check` and the gate's options.
+    pub leak: LeakArgs,
     /// The command and its arguments (never empty).
     pub command: Vec<OsString>,
 }
@@ -140,6 +158,7 @@ pub fn parse(args: Vec<OsString>) -> Result<Command, UsageError> {
         Some("run") => parse_run(args),
         Some("report") => parse_report(args),
         Some("sweep") => crate::sweep_args::parse(args),
+        Some("leaks") => crate::leak_args::parse_leaks(args).map(Command::Leaks),
         Some("-h" | "--help" | "help") => Ok(Command::Help),
         Some("-V" | "--version") => Ok(Command::Version),
         _ => Err(usage(format!(
@@ -224,6 +243,7 @@ fn parse_run(args: impl Iterator<Item = OsString>) -> Result<Command, UsageError
     let mut fail = Vec::new();
     let mut seed = 0;
     let mut guard = GuardArgs::default();
+    let mut leak = LeakArgs::default();
     let mut command = Vec::new();
     while let Some(arg) = flags.next() {
         match arg {
@@ -246,6 +266,9 @@ fn parse_run(args: impl Iterator<Item = OsString>) -> Result<Command, UsageError
                 "--seed" => seed = number(&name, &flags.value(&name, attached)?, 0..=u64::MAX)?,
                 "-h" | "--help" => return Ok(Command::Help),
                 _ => {
+                    if leak.take(&name, attached.clone(), &mut flags)? {
+                        continue;
+                    }
                     if !guard.take(&name, attached, &mut flags)? {
                         return Err(usage(format!(
                             "unknown option '{name}' for `memwarden run`"
@@ -265,6 +288,7 @@ fn parse_run(args: impl Iterator<Item = OsString>) -> Result<Command, UsageError
         return Err(usage("option -o needs a non-empty folder"));
     }
     guard.check()?;
+    leak.check(guard.mode.is_some())?;
     Ok(Command::Run(RunArgs {
         output,
         max_depth,
@@ -272,6 +296,7 @@ fn parse_run(args: impl Iterator<Item = OsString>) -> Result<Command, UsageError
         fail,
         seed,
         guard,
+        leak,
         command,
     }))
 }

@@ -44,6 +44,7 @@ fn run_takes_options_then_the_command() {
             fail: Vec::new(),
             seed: 0,
             guard: Default::default(),
+            leak: Default::default(),
             command: ["ls", "-l", "--", "x"].map(OsString::from).to_vec(),
         }
     );

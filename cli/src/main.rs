@@ -6,6 +6,7 @@
 mod args;
 mod fail_args;
 mod guard_args;
+mod leak_args;
 mod output_dir;
 mod preload_lib;
 mod python_env;
@@ -60,6 +61,10 @@ fn main() -> ExitCode {
                 Err(e) => fail(&e.to_string(), e.status()),
             }
         }
+        Command::Leaks(leaks_args) => match leak_args::write_baseline(&leaks_args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(message) => fail(&message, REPORT_FAILED_STATUS),
+        },
         Command::Report(report_args) => {
             match report_cmd::report(&report_args, colour(std::io::stdout().is_terminal())) {
                 Ok(()) => ExitCode::SUCCESS,

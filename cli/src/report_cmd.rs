@@ -10,6 +10,7 @@ pub fn report(args: &ReportArgs, colour: bool) -> Result<(), memwarden::Error> {
     let options = memwarden::report::Options {
         top: args.top,
         colour,
+        ..Default::default()
     };
     let done = memwarden::report::generate(&args.dir, &options)?;
     // A closed stdout (`| head`) is not an error of the report.

@@ -31,6 +31,7 @@ pub fn run(args: &RunArgs, colour: bool) -> Result<i32, String> {
     target_check::check(&program)?;
     let library = preload_lib::locate()?;
     let ld_preload = preload_lib::ld_preload(&library, std::env::var_os("LD_PRELOAD").as_deref())?;
+    let gate = args.leak.gate()?;
     let out_dir = output_dir::prepare(&args.output)?;
     let python = python_env::prepare(
         &out_dir,
@@ -85,6 +86,12 @@ pub fn run(args: &RunArgs, colour: bool) -> Result<i32, String> {
             None => target.env_remove(variable),
         };
     }
+    for (variable, value) in args.leak.variables() {
+        match value {
+            Some(value) => target.env(variable, value),
+            None => target.env_remove(variable),
+        };
+    }
     // The child starts with default dispositions: the parent ignores SIGINT and SIGQUIT
     // only once the child has been spawned.
     let child = target
@@ -106,10 +113,13 @@ pub fn run(args: &RunArgs, colour: bool) -> Result<i32, String> {
         .get(&root)
         .map_or(UNKNOWN_STATUS, |exit| exit.shell_status());
     compact_profiles(&out_dir);
-    let heap_errors =
-        render_report(&out_dir, args.top, colour).unwrap_or_else(|| any_heap_error(&out_dir));
+    let gate_check = args.leak.check;
+    let found = render_report(&out_dir, args.top, colour, gate).unwrap_or_else(|| Found {
+        heap_errors: any_heap_error(&out_dir),
+        leaks_fail: false,
+    });
     Ok(match args.guard.error_exitcode {
-        Some(code) if heap_errors => i32::from(code),
+        Some(code) if found.heap_errors || (gate_check && found.leaks_fail) => i32::from(code),
         _ => status,
     })
 }
@@ -130,14 +140,32 @@ fn say(line: &str) {
     let _ = writeln!(std::io::stderr(), "{line}");
 }
 
-/// Prints the summary; returns whether any process of the run recorded a heap error, or
-/// `None` when there is no report.
-fn render_report(out_dir: &Path, top: usize, colour: bool) -> Option<bool> {
-    let options = memwarden::report::Options { top, colour };
+/// What the report found that can decide the exit status.
+struct Found {
+    heap_errors: bool,
+    leaks_fail: bool,
+}
+
+/// Prints the summary; returns whether any process of the run recorded a heap error and
+/// whether the leak gate fails the run, or `None` when there is no report.
+fn render_report(
+    out_dir: &Path,
+    top: usize,
+    colour: bool,
+    leak_gate: memwarden::report::leak_gate::LeakGate,
+) -> Option<Found> {
+    let options = memwarden::report::Options {
+        top,
+        colour,
+        leak_gate,
+    };
     match memwarden::report::generate(out_dir, &options) {
         Ok(done) => {
             let _ = std::io::stderr().write_all(done.summary.as_bytes());
-            Some(done.report.processes.iter().any(|p| p.error_count > 0))
+            Some(Found {
+                heap_errors: done.report.processes.iter().any(|p| p.error_count > 0),
+                leaks_fail: options.leak_gate.verdict(&done.report).fails,
+            })
         }
         Err(e) => {
             say(&format!("memwarden: error: no report: {e}"));

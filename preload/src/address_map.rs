@@ -91,7 +91,11 @@ fn map_slots(slot_bits: u32) -> Option<*mut Slot> {
             0,
         )
     };
-    (slots != libc::MAP_FAILED).then_some(slots.cast())
+    if slots == libc::MAP_FAILED {
+        return None;
+    }
+    crate::own_regions::note(slots.cast(), bytes);
+    Some(slots.cast())
 }
 
 impl Table {
@@ -144,6 +148,7 @@ impl Table {
             }
         }
         let bytes = (1usize << old.slot_bits) * core::mem::size_of::<Slot>();
+        crate::own_regions::forget(old.slots.cast());
         // SAFETY: the old table was mapped by map_slots with this size and is no longer used.
         unsafe { libc::munmap(old.slots.cast(), bytes) };
         true

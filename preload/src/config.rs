@@ -58,11 +58,17 @@ pub const GUARD_BELOW: usize = 9;
 /// One allocation in N goes to a guarded page (`--sample-rate`, sampled mode).
 pub const SAMPLE_RATE: usize = 10;
 
+/// Scan for leaks when the process exits (`--leak-check`; 0 or 1).
+pub const LEAK_CHECK: usize = 11;
+/// How the leak check classifies: `memwarden_abi::leak_view` (`--leak-view`; 0 memcheck,
+/// 1 lsan).
+pub const LEAK_VIEW: usize = 12;
+
 /// The guard mode (`--guard header|page|sampled`); no variable, no guard.
 pub const GUARD_VARIABLE: &CStr = c"MEMWARDEN_GUARD";
 
 /// Every numeric option, indexed by the constants above.
-pub const NUMERIC_OPTIONS: [NumericOption; 11] = [
+pub const NUMERIC_OPTIONS: [NumericOption; 13] = [
     NumericOption {
         variable: c"MEMWARDEN_MAX_DEPTH",
         default: defaults::MAX_DEPTH as u64,
@@ -129,6 +135,18 @@ pub const NUMERIC_OPTIONS: [NumericOption; 11] = [
         default: 1000,
         min: 1,
         max: u64::MAX,
+    },
+    NumericOption {
+        variable: c"MEMWARDEN_LEAK_CHECK",
+        default: 0,
+        min: 0,
+        max: 1,
+    },
+    NumericOption {
+        variable: c"MEMWARDEN_LEAK_VIEW",
+        default: 0,
+        min: 0,
+        max: 1,
     },
 ];
 

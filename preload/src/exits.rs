@@ -116,6 +116,8 @@ pub unsafe extern "C" fn __libc_start_main(
         end_through(&REAL_UNDERSCORE_EXIT, 127)
     }
     PROGRAM_MAIN.store(main as *const () as usize, Ordering::Release);
+    // Before glibc registers anything, so the leak check runs after every exit handler.
+    crate::leak_check::register_at_start();
     // SAFETY: the address is glibc's __libc_start_main with this signature.
     let start: StartMainFn = unsafe { core::mem::transmute::<usize, StartMainFn>(address) };
     // SAFETY: forwards the start-up arguments, with main wrapped.

@@ -349,9 +349,16 @@ pub fn reallocate(caller: Caller, function: u32, block: *mut c_void, size: usize
             None => return core::ptr::null_mut(),
         }
     }
+    // The header is erased first: if glibc moves the block, the old place must not keep a
+    // valid header (the leak check finds live blocks by their headers).
+    // SAFETY: a tracked block (its header was just read).
+    unsafe { block_header::erase(block) };
     // SAFETY: the tracked block's glibc start, resized to hold the header and `size` bytes.
     let moved = unsafe { real::__libc_realloc(tracked.base, total) };
     if moved.is_null() {
+        // glibc kept the old block: its header goes back.
+        // SAFETY: the block is unchanged, with room for its header at offset 16.
+        unsafe { block_header::write(tracked.base, HEADER_SIZE, tracked.size, tracked.stack) };
         return moved;
     }
     if let Some((recorder, guard)) = &tracking {

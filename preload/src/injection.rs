@@ -10,8 +10,8 @@
 use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicU8, Ordering};
 
-use memwarden_abi::{failed_function, FailureRecord, Header};
 use memwarden_abi::python::{decode, FrameWord};
+use memwarden_abi::{failed_function, FailureRecord, Header};
 use memwarden_faults::{calls, parse_rules, site_key, Call, FrameGlob, FrameTarget, Rule};
 
 use crate::elf_symbols::SymbolCache;
@@ -41,6 +41,9 @@ impl PerStack {
                 0,
             )
         };
+        if bytes != libc::MAP_FAILED {
+            crate::own_regions::note(bytes.cast(), len as usize);
+        }
         (bytes != libc::MAP_FAILED).then_some(PerStack {
             bytes: bytes.cast(),
             len,

@@ -262,6 +262,16 @@ impl ProfileFile {
         }
     }
 
+    pub fn leak_record(&self, index: u64) -> *mut memwarden_abi::LeakRecord {
+        debug_assert!(index < self.layout.leak_capacity);
+        // SAFETY: callers pass indexes below leak_capacity.
+        unsafe {
+            self.base
+                .add(self.layout.leak_offset(index) as usize)
+                .cast()
+        }
+    }
+
     pub fn frame_words(&self, start: u64) -> *mut u64 {
         debug_assert!(start < self.layout.frame_capacity);
         // SAFETY: callers pass word indexes below frame_capacity.

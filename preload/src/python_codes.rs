@@ -82,6 +82,8 @@ impl CodeTable {
         if slots == libc::MAP_FAILED {
             return None;
         }
+        // Its code object addresses must not count as roots for the leak check.
+        crate::own_regions::note(slots.cast(), SLOTS * core::mem::size_of::<Slot>());
         Some(CodeTable {
             slots: slots.cast(),
             lock: AtomicU32::new(0),

@@ -161,22 +161,9 @@ const PY312: PyLayout = PyLayout {
 const PY313: PyLayout = PyLayout {
     version: 0x030d,
     current_frame: CurrentFrame::Direct { current_frame: 72 },
-    entry: EntryMark::CStackOwner,
-    frame_code: 0,
-    frame_previous: 8,
-    frame_instruction: 56,
-    frame_owner: 70,
-    code_first_line: 68,
-    code_filename: 112,
-    code_name: 120,
-    code_qualname: 128,
-    code_line_table: Some(136),
     code_first_traceable: 184,
     code_units: 200,
-    ascii_size: 40,
-    compact_size: 56,
-    compact_utf8: 48,
-    compact_utf8_length: 40,
+    ..PY312
 };
 
 /// The layout for `PY_VERSION_HEX` `version_hex`, if memwarden knows it. Release level does

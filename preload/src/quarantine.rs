@@ -54,6 +54,9 @@ impl Quarantine {
                 0,
             )
         };
+        if entries != libc::MAP_FAILED {
+            crate::own_regions::note(entries.cast(), RING_ENTRIES * 16);
+        }
         (entries != libc::MAP_FAILED).then(|| Quarantine {
             lock: AtomicU32::new(0),
             ring: UnsafeCell::new(Ring {

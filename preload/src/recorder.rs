@@ -6,7 +6,7 @@ use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use memwarden_abi::python::{category, NUMPY_DATA};
 use memwarden_abi::{degraded_reason, exit_kind, flags, Header, Layout};
 
-use crate::config::{Config, FRAME_CAPACITY, STACK_CAPACITY};
+use crate::config::{Config, FRAME_CAPACITY, LEAK_CHECK, STACK_CAPACITY};
 use crate::profile_file::{self, clock_ns, Identity, ProfileFile};
 use crate::stack_table::StackTable;
 use crate::thread_state::Guard;
@@ -31,6 +31,13 @@ impl Recorder {
             memwarden_abi::defaults::CODE_CAPACITY,
             memwarden_abi::defaults::BLOB_CAPACITY,
         )
+        .and_then(|layout| {
+            let leaks = match config.numeric[LEAK_CHECK] {
+                0 => 0,
+                _ => memwarden_abi::defaults::LEAK_CAPACITY,
+            };
+            layout.with_leak_capacity(leaks)
+        })
         .ok_or(libc::EOVERFLOW)?;
         let fd = profile_file::create_file(&config.output_dir, identity, &layout)?;
         let file = ProfileFile::map(fd, layout)?;

@@ -58,6 +58,7 @@ impl StackTable {
         if buckets == libc::MAP_FAILED {
             return None;
         }
+        crate::own_regions::note(buckets.cast(), BUCKETS * 4);
         Some(StackTable {
             buckets: buckets.cast(),
         })

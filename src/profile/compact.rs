@@ -36,6 +36,7 @@ pub fn compact_profile_file(path: &Path) -> Result<bool, Error> {
     let old = header.layout;
     let failures_stored = header.failure_count.min(old.failure_capacity);
     let errors_stored = header.error_count.min(old.error_capacity);
+    let leaks_stored = header.leak_record_count.min(old.leak_capacity);
     let Some(dense) = Layout::new(
         header.module_count,
         header.stack_count,
@@ -44,7 +45,8 @@ pub fn compact_profile_file(path: &Path) -> Result<bool, Error> {
         errors_stored,
         header.code_count,
         header.blob_used,
-    ) else {
+    )
+    .and_then(|dense| dense.with_leak_capacity(leaks_stored)) else {
         return Ok(false);
     };
     let length = file.metadata().map_err(|e| wrap(e.into()))?.len();
@@ -84,6 +86,11 @@ pub fn compact_profile_file(path: &Path) -> Result<bool, Error> {
             old.code_offset(header.code_count) - old.codes_offset,
         ),
         (old.blob_offset, dense.blob_offset, header.blob_used),
+        (
+            old.leaks_offset,
+            dense.leaks_offset,
+            old.leak_offset(leaks_stored) - old.leaks_offset,
+        ),
     ];
     let mut image = vec![0u8; dense.file_size as usize];
     image[..header_bytes.len()].copy_from_slice(&header_bytes);

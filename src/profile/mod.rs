@@ -5,6 +5,7 @@ mod compact;
 mod dir;
 mod errors;
 mod failures;
+mod leaks;
 mod plain;
 mod python;
 mod reader;
@@ -20,6 +21,7 @@ use crate::Exit;
 pub use compact::compact_profile_file;
 pub use dir::{load_dir, profile_paths, OutputDir};
 pub use errors::guard_mode_name;
+pub use leaks::{leak_view_name, LeakCheck};
 pub use python::{python_version_text, PythonCode};
 pub use reader::{read_profile, read_profile_file, ProfileError, Source};
 
@@ -85,6 +87,8 @@ pub struct Profile {
     /// The Python code records, by index (what Python frame words point to); `None` for a
     /// record not yet published.
     pub python_codes: Vec<Option<PythonCode>>,
+    /// The leak check at exit (`--leak-check`).
+    pub leaks: LeakCheck,
 }
 
 /// Where a process crashed, as the preload recorded it from its signal handler.

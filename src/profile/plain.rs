@@ -29,6 +29,8 @@ unsafe impl Plain for FailureRecord {}
 unsafe impl Plain for ErrorRecord {}
 // SAFETY: `CodeRecord` is `repr(C)` and holds only integers and `repr(C)` pairs of them.
 unsafe impl Plain for CodeRecord {}
+// SAFETY: `LeakRecord` is `repr(C)` and holds only integers.
+unsafe impl Plain for memwarden_abi::LeakRecord {}
 
 /// Reads the record of type `T` starting at `offset` in `bytes`; `None` if it does not fit.
 pub(crate) fn read_plain<T: Plain>(bytes: &[u8], offset: usize) -> Option<T> {
@@ -49,7 +51,7 @@ pub(crate) fn read_u64(bytes: &[u8], offset: usize) -> Option<u64> {
 
 /// Each field of a [`Layout`](memwarden_abi::Layout) with its offset inside the struct, for
 /// writing a layout into header bytes field by field.
-pub(crate) fn layout_fields(l: &memwarden_abi::Layout) -> [(usize, u64); 15] {
+pub(crate) fn layout_fields(l: &memwarden_abi::Layout) -> [(usize, u64); 17] {
     use memwarden_abi::Layout;
     use std::mem::offset_of;
     [
@@ -68,6 +70,8 @@ pub(crate) fn layout_fields(l: &memwarden_abi::Layout) -> [(usize, u64); 15] {
         (offset_of!(Layout, blob_offset), l.blob_offset),
         (offset_of!(Layout, blob_capacity), l.blob_capacity),
         (offset_of!(Layout, file_size), l.file_size),
+        (offset_of!(Layout, leaks_offset), l.leaks_offset),
+        (offset_of!(Layout, leak_capacity), l.leak_capacity),
     ]
 }
 

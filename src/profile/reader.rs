@@ -20,6 +20,7 @@ use memwarden_abi::{
 
 use super::errors::{error_region, parse_errors, parse_guard_mode};
 use super::failures::{failure_region, parse_crash, parse_failures};
+use super::leaks::{leak_region, parse_leaks};
 use super::plain::{read_plain, read_u64};
 use super::python::{blob_region, check_python_frames, code_region, parse_codes};
 use super::{Module, Profile, Stack};
@@ -136,6 +137,17 @@ pub enum ProfileError {
         /// What is wrong.
         what: String,
     },
+    /// A leak record that does not fit the rest of the file.
+    #[error("leak record {index}: {what}")]
+    Leak {
+        /// Record index.
+        index: u64,
+        /// What is wrong.
+        what: String,
+    },
+    /// A leak-check header field this reader does not know.
+    #[error("corrupt header: {0}")]
+    LeakHeader(String),
     /// A `guard_mode` this reader does not know.
     #[error("corrupt header: unknown guard_mode {0}")]
     GuardMode(u32),
@@ -245,6 +257,8 @@ pub fn read_profile<S: Source + ?Sized>(source: &S) -> Result<Profile, ProfileEr
     let blob = read_region(source, blob_start, blob_end)?;
     let stacks = parse_stacks(&stacks, &frames, &header)?;
     check_python_frames(&stacks, header.code_count)?;
+    let (leaks_start, leaks_end) = leak_region(&header);
+    let leaks = read_region(source, leaks_start, leaks_end)?;
 
     Ok(Profile {
         path: Default::default(),
@@ -275,6 +289,7 @@ pub fn read_profile<S: Source + ?Sized>(source: &S) -> Result<Profile, ProfileEr
         errors: parse_errors(&errors, &header)?,
         python_version: header.python_version,
         python_codes: parse_codes(&codes, &blob, &header)?,
+        leaks: parse_leaks(&leaks, &header)?,
     })
 }
 
@@ -306,7 +321,9 @@ fn check_header(header: &Header, len: u64) -> Result<(), ProfileError> {
         l.error_capacity,
         l.code_capacity,
         l.blob_capacity,
-    ) != Some(l)
+    )
+    .and_then(|dense| dense.with_leak_capacity(l.leak_capacity))
+        != Some(l)
     {
         return Err(ProfileError::Layout {
             modules: l.module_capacity,
@@ -348,6 +365,7 @@ fn check_header(header: &Header, len: u64) -> Result<(), ProfileError> {
         ("heap-error records", error_region(header).1),
         ("code records", code_region(header).1),
         ("blob bytes", blob_region(header).1),
+        ("leak records", leak_region(header).1),
     ];
     for (what, end) in regions {
         if end > len {

@@ -143,7 +143,14 @@ impl ProfileBuilder {
             blob_used: 0,
             python_version: 0,
             reserved2: 0,
-            reserved: [0; 27],
+            leak_status: 0,
+            leak_view: 0,
+            leak_record_count: 0,
+            leak_scanned_bytes: 0,
+            leak_scan_ns: 0,
+            leak_threads_stopped: 0,
+            leak_threads_missed: 0,
+            reserved: [0; 22],
             argv: [0; ARGV_CAPACITY],
         };
         let mut unknown_stack = stack_record();

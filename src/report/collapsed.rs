@@ -9,7 +9,7 @@ use std::cmp::Ordering;
 use std::collections::HashMap;
 use std::io::{self, Write};
 
-use super::folded::{process_label, sanitize, Measure};
+use super::folded::{counts_as_leaked, process_label, sanitize, Measure};
 use super::json::Report;
 
 /// inferno's narrowest frame drawn, in percent of the graph's width
@@ -25,7 +25,9 @@ struct Line {
     start: u32,
     len: u32,
     process: u32,
-    stack: u32,
+    /// The index of its stack in the process's `stacks`, or of its leak in `leaks`.
+    item: u32,
+    leak: bool,
 }
 
 /// The stacks of a report as lines of label ids, sorted as the lines' text sorts.
@@ -59,17 +61,26 @@ impl<'r> Collapsed<'r> {
                 .iter()
                 .map(|f| intern(sanitize(&f.label())))
                 .collect();
-            for (s, stack) in process.stacks.iter().enumerate() {
+            let stacks = process.stacks.iter().map(|s| (&s.frames, false));
+            let leaks = process.leaks.iter().map(|l| (&l.frames, true));
+            let mut items = [0u32, 0u32];
+            for (shown, leak) in stacks.chain(leaks) {
                 let start = ids.len() as u32;
                 ids.push(root);
-                let shown = stack.frames.iter().rev();
-                ids.extend(shown.filter_map(|&f| frames.get(f as usize).copied()));
+                ids.extend(
+                    shown
+                        .iter()
+                        .rev()
+                        .filter_map(|&f| frames.get(f as usize).copied()),
+                );
                 lines.push(Line {
                     start,
                     len: ids.len() as u32 - start,
                     process: p as u32,
-                    stack: s as u32,
+                    item: items[usize::from(leak)],
+                    leak,
                 });
+                items[usize::from(leak)] += 1;
             }
         }
         let mut collapsed = Collapsed {
@@ -93,7 +104,18 @@ impl<'r> Collapsed<'r> {
         let mut counted: Vec<(&[u32], u64)> = Vec::new();
         for line in &self.lines {
             let process = &self.report.processes[line.process as usize];
-            let count = measure.of_stack(&process.stacks[line.stack as usize]);
+            let count = match (line.leak, measure) {
+                (false, _) => measure.of_stack(&process.stacks[line.item as usize]),
+                (true, Measure::Leaked) => {
+                    let leak = &process.leaks[line.item as usize];
+                    if counts_as_leaked(leak) {
+                        leak.bytes
+                    } else {
+                        0
+                    }
+                }
+                (true, _) => 0,
+            };
             if count == 0 {
                 continue;
             }

@@ -188,6 +188,7 @@ fn the_summary_shows_errors_after_their_process_and_a_closing_count() {
         processes: vec![p, quiet],
     };
     let style = Style {
+        leak_kinds: crate::report::leaks::DEFAULT_GATE_KINDS.to_vec(),
         top: 2,
         colour: false,
     };

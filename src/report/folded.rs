@@ -16,15 +16,18 @@ pub enum Measure {
     Allocated,
     /// Bytes of NumPy array data live at each process's peak.
     NumpyPeak,
+    /// Bytes the leak check found lost (definite and indirect, not suppressed).
+    Leaked,
 }
 
 impl Measure {
     /// Every measure, in the order the files are written.
-    pub const ALL: [Measure; 4] = [
+    pub const ALL: [Measure; 5] = [
         Measure::Peak,
         Measure::NotFreed,
         Measure::Allocated,
         Measure::NumpyPeak,
+        Measure::Leaked,
     ];
 
     /// File name without extension: `peak`, `not-freed`, `allocated`, `numpy-peak`.
@@ -34,6 +37,7 @@ impl Measure {
             Measure::NotFreed => "not-freed",
             Measure::Allocated => "allocated",
             Measure::NumpyPeak => "numpy-peak",
+            Measure::Leaked => "leaked",
         }
     }
 
@@ -48,6 +52,9 @@ impl Measure {
             Measure::NumpyPeak => {
                 "NumPy arrays at the peak: bytes of array data live at the peak, by call stack"
             }
+            Measure::Leaked => {
+                "Leaked: bytes nothing points to at exit (definite and indirect), by call stack"
+            }
         }
     }
 
@@ -58,6 +65,7 @@ impl Measure {
             Measure::NotFreed => "Every byte was freed before exit: nothing to draw.",
             Measure::Allocated => "Nothing was allocated: nothing to draw.",
             Measure::NumpyPeak => "No NumPy array data was live at any peak: nothing to draw.",
+            Measure::Leaked => "No leak found (or no --leak-check): nothing to draw.",
         }
     }
 
@@ -69,6 +77,7 @@ impl Measure {
             Measure::Allocated => stack.allocated_bytes,
             Measure::NumpyPeak if stack.category == Category::Numpy => stack.at_peak_bytes,
             Measure::NumpyPeak => 0,
+            Measure::Leaked => 0,
         }
     }
 
@@ -79,6 +88,7 @@ impl Measure {
             Measure::NotFreed => process.not_freed_bytes,
             Measure::Allocated => process.totals.allocated_bytes,
             Measure::NumpyPeak => process.numpy.peak_bytes,
+            Measure::Leaked => leaked(process).map(|l| l.bytes).sum(),
         }
     }
 }
@@ -104,6 +114,17 @@ pub(crate) fn sanitize(label: &str) -> String {
             c => c,
         })
         .collect()
+}
+
+/// Whether `leak` is drawn in the leaked graph: lost (definite or indirect) and not left
+/// out by a suppression or the baseline.
+pub(crate) fn counts_as_leaked(leak: &super::leaks::LeakReport) -> bool {
+    !leak.suppressed && (leak.kind == "definite" || leak.kind == "indirect")
+}
+
+/// The leaks the leaked graph draws.
+fn leaked(process: &ProcessReport) -> impl Iterator<Item = &super::leaks::LeakReport> {
+    process.leaks.iter().filter(|l| counts_as_leaked(l))
 }
 
 /// The collapsed stacks of `measure`, root first, sorted, equal stacks merged, zero counts

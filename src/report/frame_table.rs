@@ -173,6 +173,11 @@ impl<'a> FrameTable<'a> {
         })
     }
 
+    /// The frame at table index `index` (one `show` or `unknown_stack` gave).
+    pub(crate) fn frame(&self, index: u32) -> &FrameReport {
+        &self.table[index as usize]
+    }
+
     /// The table.
     pub(crate) fn into_frames(self) -> Vec<FrameReport> {
         self.table

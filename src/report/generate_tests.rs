@@ -75,7 +75,7 @@ fn a_folder_becomes_a_report_files_and_a_summary() {
     let dir = tempfile::tempdir().unwrap();
     write_run(dir.path());
     let done = generate(dir.path(), &Options::default()).unwrap();
-    assert_eq!(done.files.len(), 9);
+    assert_eq!(done.files.len(), 11);
     for name in [
         "report.json",
         "peak.svg",
@@ -84,6 +84,8 @@ fn a_folder_becomes_a_report_files_and_a_summary() {
         "allocated.folded",
         "numpy-peak.svg",
         "numpy-peak.folded",
+        "leaked.svg",
+        "leaked.folded",
     ] {
         assert!(dir.path().join(name).is_file(), "{name}");
     }

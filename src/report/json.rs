@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 use super::errors::ErrorReport;
 use super::failures::{CrashReport, FailureReport};
 use super::frame_table::FrameTable;
+use super::leaks::{LeakCheckReport, LeakReport, LeakSummary};
 use super::{errors, failures, frames, site};
 use crate::analysis::{ExitSource, Process, StackFigures, Totals};
 use crate::profile::python_version_text;
@@ -97,8 +98,17 @@ pub struct ProcessReport {
     /// NumPy array data: sums over the stacks of category `numpy`.
     #[serde(default)]
     pub numpy: NumpyFigures,
-    /// The distinct frames of the process's stacks, failures, crash and errors, each once;
-    /// those refer to them by index.
+    /// The leak check at exit (`--leak-check`), or null when none was asked for.
+    #[serde(default)]
+    pub leak_check: Option<LeakCheckReport>,
+    /// Its findings per (allocation stack, kind), largest first.
+    #[serde(default)]
+    pub leaks: Vec<LeakReport>,
+    /// Bytes and blocks per kind, or null without a leak check.
+    #[serde(default)]
+    pub leak_summary: Option<LeakSummary>,
+    /// The distinct frames of the process's stacks, failures, crash, errors and leaks, each
+    /// once; those refer to them by index.
     pub frames: Vec<FrameReport>,
     /// Stacks, by bytes at the peak, then bytes allocated.
     pub stacks: Vec<StackReport>,
@@ -246,6 +256,7 @@ fn process(p: &Process, symbolizer: &mut Symbolizer) -> ProcessReport {
     let injected_failures = failures::failures(&mut table);
     let crash = failures::crash(&mut table);
     let errors = errors::errors(&mut table);
+    let (leak_check, leaks, leak_summary) = super::leaks::leaks(&mut table);
     ProcessReport {
         pid: profile.pid,
         ppid: profile.ppid,
@@ -280,6 +291,9 @@ fn process(p: &Process, symbolizer: &mut Symbolizer) -> ProcessReport {
         error_count: profile.error_count,
         python_version: python_version_text(profile.python_version),
         numpy: p.numpy,
+        leak_check,
+        leaks,
+        leak_summary,
         frames: table.into_frames(),
         stacks,
     }

@@ -10,6 +10,8 @@ pub mod folded;
 mod frame_table;
 mod frames;
 pub mod json;
+pub mod leak_gate;
+pub mod leaks;
 pub mod read;
 mod site;
 pub mod text;
@@ -38,6 +40,8 @@ pub struct Options {
     pub top: usize,
     /// Bold headings in the summary.
     pub colour: bool,
+    /// What the leak gate counts and leaves out.
+    pub leak_gate: leak_gate::LeakGate,
 }
 
 impl Default for Options {
@@ -45,6 +49,7 @@ impl Default for Options {
         Options {
             top: 5,
             colour: false,
+            leak_gate: leak_gate::LeakGate::default(),
         }
     }
 }
@@ -78,7 +83,8 @@ pub fn generate(dir: &Path, options: &Options) -> Result<Generated, Error> {
             .unwrap_or_default(),
     };
     let mut symbolizer = Symbolizer::new();
-    let report = json::build(command, &processes, &mut symbolizer);
+    let mut report = json::build(command, &processes, &mut symbolizer);
+    options.leak_gate.mark_suppressed(&mut report);
     let files = write_files(dir, &report)?;
 
     let mut footer = Vec::new();
@@ -97,14 +103,17 @@ pub fn generate(dir: &Path, options: &Options) -> Result<Generated, Error> {
         .processes
         .iter()
         .any(|p| p.numpy.peak_bytes > 0 || p.numpy.not_freed_bytes > 0);
+    let leaks = report.processes.iter().any(|p| p.leak_check.is_some());
     footer.push(format!(
-        "memwarden: report written to {}: {REPORT_FILE}, peak.svg, not-freed.svg, allocated.svg{} (and .folded)",
+        "memwarden: report written to {}: {REPORT_FILE}, peak.svg, not-freed.svg, allocated.svg{}{} (and .folded)",
         dir.display(),
-        if numpy { ", numpy-peak.svg" } else { "" }
+        if numpy { ", numpy-peak.svg" } else { "" },
+        if leaks { ", leaked.svg" } else { "" }
     ));
     let style = text::Style {
         top: options.top,
         colour: options.colour,
+        leak_kinds: options.leak_gate.kinds.clone(),
     };
     let summary = text::summary(&report, &style, &footer);
     Ok(Generated {

@@ -26,7 +26,7 @@ pub fn inline_frames(report: &mut Value) {
                 }
             }
         };
-        for list in ["stacks", "injected_failures"] {
+        for list in ["stacks", "injected_failures", "leaks"] {
             for item in array_items(process, list) {
                 if let Some(frames) = item.get_mut("frames") {
                     resolve(frames);

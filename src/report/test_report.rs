@@ -40,6 +40,9 @@ pub(crate) fn process_report(pid: u32, argv: &[&str]) -> ProcessReport {
         error_count: 0,
         python_version: None,
         numpy: NumpyFigures::default(),
+        leak_check: None,
+        leaks: Vec::new(),
+        leak_summary: None,
         frames: Vec::new(),
         stacks: Vec::new(),
     }

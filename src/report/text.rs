@@ -66,6 +66,8 @@ pub struct Style {
     pub top: usize,
     /// Bold headings (only on a terminal).
     pub colour: bool,
+    /// Leak kinds the text shows and sums (`memwarden_abi::leak_kind` codes).
+    pub leak_kinds: Vec<u32>,
 }
 
 /// The summary of `report`; `footer` lines (where files were written, notes) end it.
@@ -89,6 +91,7 @@ pub fn summary(report: &Report, style: &Style, footer: &[String]) -> String {
     for process in &shown {
         write_process(&mut out, process, style);
         write_errors(&mut out, process);
+        super::leaks::write_leaks(&mut out, process, &style.leak_kinds);
     }
     if shown.len() < processes.len() {
         let _ = writeln!(

@@ -8,6 +8,7 @@ use crate::Exit;
 
 fn style() -> Style {
     Style {
+        leak_kinds: crate::report::leaks::DEFAULT_GATE_KINDS.to_vec(),
         top: 2,
         colour: false,
     }
@@ -109,6 +110,7 @@ fn colour_only_when_asked() {
     let bold = summary(
         &report,
         &Style {
+            leak_kinds: crate::report::leaks::DEFAULT_GATE_KINDS.to_vec(),
             top: 1,
             colour: true,
         },

@@ -7,6 +7,7 @@
 
 pub mod failures;
 pub mod guards;
+pub mod leaks;
 pub mod python;
 pub mod report;
 pub mod sql;

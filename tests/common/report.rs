@@ -98,7 +98,8 @@ impl Frame {
 
 /// report.json at `path`, with every stack's frames as frame objects: since format 5 a
 /// process lists its distinct frames once (`frames`), and its stacks, injected failures,
-/// crash and heap errors name them by index; the indices are replaced by the frames here.
+/// crash, heap errors and leaks name them by index; the indices are replaced by the frames
+/// here.
 pub fn read_report_json(path: &Path) -> Result<serde_json::Value, String> {
     let failed = |e: &dyn std::fmt::Display| format!("{}: {e}", path.display());
     let text = std::fs::read_to_string(path).map_err(|e| failed(&e))?;
@@ -117,7 +118,7 @@ pub fn read_report_json(path: &Path) -> Result<serde_json::Value, String> {
             }
             Ok(())
         };
-        for list in ["stacks", "injected_failures"] {
+        for list in ["stacks", "injected_failures", "leaks"] {
             for item in process[list].as_array_mut().into_iter().flatten() {
                 resolve(&mut item["frames"])?;
             }
