@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 . scripts/lib.sh
 
 libc_a=$(gcc -print-file-name=libc.a 2>/dev/null || echo /nonexistent/libc.a)
-need_packages gcc:gcc g++:g++ c++filt:binutils "$libc_a":libc6-dev sqlite3:sqlite3 python3:python3 /usr/bin/kill:procps
+need_packages gcc:gcc g++:g++ c++filt:binutils "$libc_a":libc6-dev sqlite3:sqlite3 python3:python3 /usr/bin/kill:procps valgrind:valgrind
 
 if ! command -v cargo >/dev/null 2>&1; then
     echo "scripts/test.sh: cargo is not installed (install Rust with rustup)" >&2
