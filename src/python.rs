@@ -90,17 +90,6 @@ mod tests {
     use super::*;
     use crate::profile::synthetic::{stack_record, ProfileBuilder, SyntheticCode, SyntheticModule};
 
-    fn module(path: &str, start: u64, flags: u32) -> SyntheticModule {
-        SyntheticModule {
-            path: path.into(),
-            base: start,
-            start,
-            end: start + 0x1000,
-            flags,
-            build_id: Vec::new(),
-        }
-    }
-
     const PYTHON: u64 = 0x1000_0000;
     const LIBPYTHON: u64 = 0x2000_0000;
     const LIBC: u64 = 0x3000_0000;
@@ -110,11 +99,19 @@ mod tests {
     fn profile(main: &str, stacks: &[(&[u64], u32)]) -> Profile {
         let mut builder = ProfileBuilder::new(1)
             .python_code(SyntheticCode::default())
-            .module(module(main, PYTHON, MODULE_MAIN))
-            .module(module("/usr/lib/libpython3.11.so.1.0", LIBPYTHON, 0))
-            .module(module("/lib/libc.so.6", LIBC, 0))
-            .module(module("/opt/libmemwarden.so", PROFILER, 0))
-            .module(module("/np/_multiarray_umath.cpython-311.so", NUMPY, 0));
+            .module(SyntheticModule::at(main, PYTHON, MODULE_MAIN))
+            .module(SyntheticModule::at(
+                "/usr/lib/libpython3.11.so.1.0",
+                LIBPYTHON,
+                0,
+            ))
+            .module(SyntheticModule::at("/lib/libc.so.6", LIBC, 0))
+            .module(SyntheticModule::at("/opt/libmemwarden.so", PROFILER, 0))
+            .module(SyntheticModule::at(
+                "/np/_multiarray_umath.cpython-311.so",
+                NUMPY,
+                0,
+            ));
         for &(frames, kind) in stacks {
             let mut record = stack_record();
             record.category = kind;

@@ -57,6 +57,20 @@ pub struct SyntheticModule {
     pub build_id: Vec<u8>,
 }
 
+impl SyntheticModule {
+    /// A 4 KiB module at `start` (its load bias too), without a build id.
+    pub fn at(path: &str, start: u64, flags: u32) -> SyntheticModule {
+        SyntheticModule {
+            path: path.into(),
+            base: start,
+            start,
+            end: start + 0x1000,
+            flags,
+            build_id: Vec::new(),
+        }
+    }
+}
+
 /// A Python code object to put in a synthetic profile.
 #[derive(Clone, Debug, Default)]
 pub struct SyntheticCode {

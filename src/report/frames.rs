@@ -257,17 +257,6 @@ mod tests {
         const LIBC: u64 = 0x3000_0000;
         const NUMPY: u64 = 0x5000_0000;
 
-        fn module(path: &str, start: u64, flags: u32) -> SyntheticModule {
-            SyntheticModule {
-                path: path.into(),
-                base: start,
-                start,
-                end: start + 0x1000,
-                flags,
-                build_id: Vec::new(),
-            }
-        }
-
         fn code(qualname: &str) -> SyntheticCode {
             SyntheticCode {
                 filename: "/work/script.py".into(),
@@ -281,10 +270,18 @@ mod tests {
         /// The labels of the frames shown for `words` in a `python3` process.
         fn labels(words: &[u64]) -> Vec<String> {
             let profile = ProfileBuilder::new(1)
-                .module(module("/usr/bin/python3.11", PYTHON, MODULE_MAIN))
-                .module(module("/usr/lib/libpython3.11.so.1.0", LIBPYTHON, 0))
-                .module(module("/lib/libc.so.6", LIBC, 0))
-                .module(module("/np/_multiarray_umath.so", NUMPY, 0))
+                .module(SyntheticModule::at(
+                    "/usr/bin/python3.11",
+                    PYTHON,
+                    MODULE_MAIN,
+                ))
+                .module(SyntheticModule::at(
+                    "/usr/lib/libpython3.11.so.1.0",
+                    LIBPYTHON,
+                    0,
+                ))
+                .module(SyntheticModule::at("/lib/libc.so.6", LIBC, 0))
+                .module(SyntheticModule::at("/np/_multiarray_umath.so", NUMPY, 0))
                 .python_code(code("make"))
                 .python_code(code("main"))
                 .python_code(code("<module>"))

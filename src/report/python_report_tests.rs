@@ -16,17 +16,6 @@ const PYTHON: u64 = 0x1000_0000;
 const PROFILER: u64 = 0x4000_0000;
 const NUMPY: u64 = 0x5000_0000;
 
-fn module(path: &str, start: u64, flags: u32) -> SyntheticModule {
-    SyntheticModule {
-        path: path.into(),
-        base: start,
-        start,
-        end: start + 0x1000,
-        flags,
-        build_id: Vec::new(),
-    }
-}
-
 fn live(bytes: i64, blocks: i64) -> memwarden_abi::StackRecord {
     let mut record = stack_record();
     (record.live_bytes, record.live_blocks) = (bytes, blocks);
@@ -56,9 +45,13 @@ fn write_python_run(dir: &std::path::Path) {
         .argv(&["python3", "script.py"])
         .python_version(0x030b_07f0)
         .heap(8_001_064, 0)
-        .module(module("/usr/bin/python3.11", PYTHON, MODULE_MAIN))
-        .module(module("/opt/libmemwarden.so", PROFILER, 0))
-        .module(module("/np/_multiarray_umath.so", NUMPY, 0))
+        .module(SyntheticModule::at(
+            "/usr/bin/python3.11",
+            PYTHON,
+            MODULE_MAIN,
+        ))
+        .module(SyntheticModule::at("/opt/libmemwarden.so", PROFILER, 0))
+        .module(SyntheticModule::at("/np/_multiarray_umath.so", NUMPY, 0))
         .python_code(code("make", 4, make_table))
         .python_code(code("<module>", 1, vec![]))
         .stack(

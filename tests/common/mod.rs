@@ -114,20 +114,24 @@ impl Program {
 
     /// The 1-based line of the source that contains `marker` (exactly once).
     pub fn line_of(&self, marker: &str) -> u32 {
-        let lines: Vec<usize> = self
-            .source
-            .lines()
-            .enumerate()
-            .filter(|(_, l)| l.contains(marker))
-            .map(|(i, _)| i + 1)
-            .collect();
-        assert_eq!(
-            lines.len(),
-            1,
-            "marker {marker:?} must occur once in the source"
-        );
-        lines[0] as u32
+        line_of(&self.source, marker)
     }
+}
+
+/// The 1-based line of `source` that contains `marker` (exactly once).
+pub fn line_of(source: &str, marker: &str) -> u32 {
+    let lines: Vec<usize> = source
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| l.contains(marker))
+        .map(|(i, _)| i + 1)
+        .collect();
+    assert_eq!(
+        lines.len(),
+        1,
+        "marker {marker:?} must occur once in the source"
+    );
+    lines[0] as u32
 }
 
 /// A scratch folder for one test, removed when the test passes and kept (its path printed)

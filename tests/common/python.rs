@@ -51,15 +51,7 @@ impl Script {
 
     /// The 1-based line holding `marker` (exactly once).
     pub fn line_of(&self, marker: &str) -> u32 {
-        let lines: Vec<usize> = self
-            .source
-            .lines()
-            .enumerate()
-            .filter(|(_, l)| l.contains(marker))
-            .map(|(i, _)| i + 1)
-            .collect();
-        assert_eq!(lines.len(), 1, "marker {marker:?} must occur once");
-        lines[0] as u32
+        super::line_of(&self.source, marker)
     }
 }
 
