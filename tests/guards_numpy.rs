@@ -16,12 +16,8 @@ fn numpys_numeric_tests_pass_with_no_heap_error_in_every_guard_mode() {
     if !ready {
         return skip_or_fail(".venv/bin/python with numpy, pytest and hypothesis");
     }
-    let tests = std::process::Command::new(&python)
-        .args(["-c", "import numpy, os; print(os.path.join(os.path.dirname(numpy.__file__), '_core', 'tests', 'test_numeric.py'))"])
-        .output()
-        .expect("python runs");
-    let tests = String::from_utf8(tests.stdout).expect("utf-8 path");
-    let tests = tests.trim();
+    let tests = common::python::numpy_test_file(&python, "test_numeric.py");
+    let tests = tests.as_str();
     let scratch = Scratch::new("guard_numpy_suite");
     for mode in ["header", "sampled", "page"] {
         let mut options = vec!["--guard", mode];

@@ -45,12 +45,8 @@ fn numpys_numeric_tests_fail_nothing_more_under_memwarden_than_bare() {
     let Some(python) = venv_python("numpy, pytest, hypothesis") else {
         return;
     };
-    let tests = std::process::Command::new(&python)
-        .args(["-c", "import numpy, os; print(os.path.join(os.path.dirname(numpy.__file__), '_core', 'tests', 'test_numeric.py'))"])
-        .output()
-        .expect("python runs");
-    let tests = String::from_utf8(tests.stdout).expect("utf-8 path");
-    let tests = tests.trim();
+    let tests = common::python::numpy_test_file(&python, "test_numeric.py");
+    let tests = tests.as_str();
     let scratch = Scratch::new("python_numpy_suite");
     let runner = Script::new(&scratch, "runner.py", RUNNER);
     let profiled_failed = scratch.path().join("failed-profiled");

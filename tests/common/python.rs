@@ -256,3 +256,18 @@ impl PyProcess {
         out
     }
 }
+
+/// The path of `name` among the tests NumPy ships in its wheel (`numpy/_core/tests/`).
+pub fn numpy_test_file(python: &Path, name: &str) -> String {
+    let program = format!(
+        "import numpy, os; print(os.path.join(os.path.dirname(numpy.__file__), '_core', 'tests', {name:?}))"
+    );
+    let output = std::process::Command::new(python)
+        .args(["-c", &program])
+        .output()
+        .expect("python runs");
+    String::from_utf8(output.stdout)
+        .expect("utf-8 path")
+        .trim()
+        .to_owned()
+}
