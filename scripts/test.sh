@@ -39,7 +39,7 @@ echo "== cargo test --release" >&2
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 status=0
-cargo test --release --workspace 2>&1 | tee "$log" || status=$?
+cargo test --release --workspace --no-fail-fast 2>&1 | tee "$log" || status=$?
 # One closing line for the whole run (cargo's own last line is that of the last crate's
 # doc tests, often "0 passed").
 awk '/^test result:/ { passed += $4; failed += $6 } END { printf "%d passed, %d failed\n", passed, failed }' "$log"
