@@ -172,7 +172,8 @@ pub fn with_python_frames(
             after_foreign = Some(merged.len);
         }
     }
-    // A native stack cut at its depth limit: the rest of the Python frames go on top.
+    // The native walk stops at the innermost evaluation loop (or its depth limit): the
+    // Python frames of every outer evaluation call go on top.
     while group < python.groups() {
         let words = python.group(group);
         words.iter().for_each(|&word| merged.push(word));
