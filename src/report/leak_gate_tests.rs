@@ -1,3 +1,6 @@
+//! Tests of the leak gate's suppressions: LeakSanitizer's `leak:` templates matched against
+//! a leak's frames, and suppression files parsed or refused in one line.
+
 use super::*;
 
 #[test]
