@@ -36,7 +36,7 @@ macro_rules! export_with_caller {
 
 /// `count × size` for calloc and reallocarray; on overflow errno is ENOMEM and glibc is not
 /// called (it would refuse too).
-fn array_size(count: usize, size: usize) -> Option<usize> {
+pub(crate) fn array_size(count: usize, size: usize) -> Option<usize> {
     let total = count.checked_mul(size);
     if total.is_none() {
         real::set_errno(libc::ENOMEM);

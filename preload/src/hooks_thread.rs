@@ -12,7 +12,7 @@ use crate::export_with_caller;
 use crate::hooks_exports::caller;
 use crate::lifecycle;
 use crate::python_runtime;
-use crate::real::{NextSymbol, SavedErrno};
+use crate::real::{self, NextSymbol, SavedErrno};
 use crate::thread_state::Guard;
 use crate::unwind::Caller;
 
@@ -59,17 +59,27 @@ extern "C" fn pthread_create_body(
         // SAFETY: forwards the caller's arguments unchanged.
         return unsafe { real(thread, attributes, start, argument) };
     };
-    let launch = Box::into_raw(Box::new(Launch {
-        start,
-        argument,
-        creator,
-    }));
-    // SAFETY: the caller's thread and attributes; `launch` is handed to the new thread,
-    // which takes ownership of it (or it is freed below if no thread starts).
-    let status = unsafe { real(thread, attributes, launch_thread, launch.cast()) };
+    // glibc's own allocator, not a Box: out of memory, the thread simply starts untouched
+    // (Rust's allocation failure would abort the program).
+    // SAFETY: plain glibc allocation of a small, suitably aligned (16-byte) block.
+    let launch = unsafe { real::__libc_malloc(core::mem::size_of::<Launch>()) }.cast::<Launch>();
+    if launch.is_null() {
+        // SAFETY: forwards the caller's arguments unchanged.
+        return unsafe { real(thread, attributes, start, argument) };
+    }
+    // SAFETY: `launch` has room for a Launch; `real` starts the thread with it, and that
+    // thread takes ownership (or it is freed below if no thread starts).
+    let status = unsafe {
+        launch.write(Launch {
+            start,
+            argument,
+            creator,
+        });
+        real(thread, attributes, launch_thread, launch.cast())
+    };
     if status != 0 {
         // SAFETY: no thread received `launch`; it is still this function's.
-        drop(unsafe { Box::from_raw(launch) });
+        unsafe { real::__libc_free(launch.cast()) };
     }
     status
 }
@@ -89,12 +99,17 @@ fn python_creator(caller: Caller) -> Option<u32> {
 }
 
 extern "C" fn launch_thread(launch: *mut c_void) -> *mut c_void {
-    // SAFETY: `launch` is the Box made by `pthread_create_body`, given to this thread alone.
+    // SAFETY: `launch` is the block `pthread_create_body` wrote, given to this thread alone;
+    // it is read once and handed back to glibc.
     let Launch {
         start,
         argument,
         creator,
-    } = *unsafe { Box::from_raw(launch.cast::<Launch>()) };
+    } = unsafe {
+        let taken = launch.cast::<Launch>().read();
+        real::__libc_free(launch);
+        taken
+    };
     if let Some(guard) = Guard::enter() {
         guard.set_thread_creator(creator);
     }

@@ -121,7 +121,7 @@ fn note_python(recorder: &Recorder) {
             recorder
                 .file
                 .word32(depth)
-                .store(memwarden_abi::MAX_DEPTH_LIMIT, Ordering::Relaxed);
+                .store(recorder.deepest_stack(), Ordering::Relaxed);
         }
         crate::python_runtime::Detection::Unsupported(0) => log::say(&[
             b"this Python is older than 3.9; memwarden reads Python frames from CPython ",

@@ -18,7 +18,7 @@ use crate::export_with_caller;
 use crate::guard::{self, Family};
 use crate::heap_errors::{self, HeapError};
 use crate::hooks::{allocate, reallocate, release, Source};
-use crate::hooks_exports::caller;
+use crate::hooks_exports::{array_size, caller};
 use crate::lifecycle;
 use crate::page_guard;
 use crate::real;
@@ -148,8 +148,7 @@ extern "C" fn numpy_calloc_body(
     entry_sp: u64,
     bp: u64,
 ) -> *mut c_void {
-    let Some(total) = count.checked_mul(size) else {
-        real::set_errno(libc::ENOMEM);
+    let Some(total) = array_size(count, size) else {
         return core::ptr::null_mut();
     };
     let block = allocate(

@@ -64,7 +64,7 @@ impl Recorder {
     /// The id of the caller's stack (captured and interned), with the thread's Python
     /// frames put in where it runs Python, and the caller's marker first.
     pub fn stack_of(&self, guard: &Guard, caller: Caller) -> u32 {
-        let intern = |frames: &[u64]| self.stacks.intern(&self.file, frames);
+        let intern = |frames: &[u64]| self.intern(frames);
         let native = unwind::caller_stack(guard, caller, self.config.max_depth(), &intern);
         if caller.marker == 0 && python_runtime::runtime().is_none() {
             return native;
