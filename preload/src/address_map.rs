@@ -271,31 +271,6 @@ impl AddressMap {
         (slot.address == address).then(|| Block::unpack(slot.block))
     }
 
-    /// Changes what is recorded for `address` in one lookup: `change` gets the current block
-    /// and returns the new one, or `None` to forget it. Returns the block that was there.
-    pub fn update(
-        &self,
-        address: u64,
-        change: impl FnOnce(Block) -> Option<Block>,
-    ) -> Option<Block> {
-        let shard = self.shard(address);
-        let _lock = self.lock(shard);
-        // SAFETY: the shard lock is held.
-        let table = unsafe { &mut *shard.table.get() };
-        let index = table.probe(address);
-        // SAFETY: `index` comes from probe.
-        let slot = unsafe { &mut *table.slot(index) };
-        if slot.address != address {
-            return None;
-        }
-        let old = Block::unpack(slot.block);
-        match change(old) {
-            Some(new) => slot.block = new.pack(),
-            None => table.remove_at(index),
-        }
-        Some(old)
-    }
-
     /// Forgets a block, returning what was recorded for it (`None` for a block memwarden
     /// never saw: allocated before tracking began, or while tracking was off).
     pub fn remove(&self, address: u64) -> Option<Block> {

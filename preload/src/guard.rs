@@ -10,19 +10,22 @@
 //!
 //! Redzones are checked when a block is freed or reallocated, every N calls on request and
 //! at exit; freed blocks wait in a quarantine, marked freed (and filled, on request), so a
-//! double free or a write after free is caught. A set of live blocks tells a corrupted
-//! header from a pointer memwarden never returned without reading foreign memory.
+//! double free or a write after free is caught. A bit per possible block start
+//! ([`BlockStarts`]) tells memwarden's blocks from pointers it never returned without
+//! reading foreign memory; blocks glibc made while memwarden was re-entered (no header)
+//! are kept in a small map of their own.
 
 use core::ffi::c_void;
-use core::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
 
 use memwarden_abi::{error_kind, UNKNOWN_STACK_ID};
 
 use crate::address_map::{AddressMap, Block};
+use crate::block_starts::BlockStarts;
 pub use crate::guard_header::Family;
 use crate::guard_header::{
-    read_header, write_header, BACK_PATTERN, FREED, FRONT_PATTERN, FRONT_REDZONE, GLIBC_LINKS,
-    HEADER, LIVE, MIN_BACK_REDZONE, RAW, SIZE_MASK,
+    mark_freed, read_header, write_header, Guarded, BACK_PATTERN, FRONT_PATTERN, FRONT_REDZONE,
+    GLIBC_LINKS, HEADER, MIN_BACK_REDZONE, SIZE_MASK,
 };
 use crate::heap_errors::{self, HeapError};
 use crate::quarantine::Quarantine;
@@ -40,13 +43,21 @@ pub struct Settings {
 
 pub struct HeaderGuard {
     pub(crate) settings: Settings,
-    pub(crate) live: AddressMap,
+    /// Where memwarden's blocks start, live or in quarantine (their headers say which).
+    pub(crate) starts: &'static BlockStarts,
+    /// Blocks glibc made while memwarden was re-entered: they have no header.
+    raw: AddressMap,
     pub(crate) quarantine: Quarantine,
     calls: AtomicU64,
     pub(crate) waits: &'static AtomicU64,
+    /// Set once a block could not be marked in `starts` (no memory for its leaf): from
+    /// then on a genuine live header is taken as the block's own word.
+    unmarked: AtomicBool,
 }
 
 static GUARD: AtomicPtr<HeaderGuard> = AtomicPtr::new(core::ptr::null_mut());
+static STARTS: BlockStarts = BlockStarts::new();
+static UNMARKED_SAID: AtomicBool = AtomicBool::new(false);
 
 /// The header guard, when `--guard header` is on.
 #[inline(always)]
@@ -57,16 +68,18 @@ pub fn header_guard() -> Option<&'static HeaderGuard> {
 
 /// Turns the header guard on (at start-up, before any tracked allocation).
 pub fn install(settings: Settings, waits: &'static AtomicU64) -> bool {
-    let Some((live, quarantine)) = crate::quarantine::guard_store(settings.quarantine_bytes, waits)
+    let Some((raw, quarantine)) = crate::quarantine::guard_store(settings.quarantine_bytes, waits)
     else {
         return false;
     };
     let guard = HeaderGuard {
         settings,
-        live,
+        starts: &STARTS,
+        raw,
         quarantine,
         calls: AtomicU64::new(0),
         waits,
+        unmarked: AtomicBool::new(false),
     };
     GUARD.store(Box::into_raw(Box::new(guard)), Ordering::Release);
     true
@@ -131,18 +144,12 @@ impl HeaderGuard {
                 core::ptr::write_bytes(user as *mut u8, fill, size);
             }
         }
-        if self
-            .live
-            .insert(
-                user,
-                Block {
-                    stack: LIVE,
-                    size: 0,
-                },
-            )
-            .is_err()
-        {
-            crate::lifecycle::degrade(memwarden_abi::degraded_reason::ADDRESS_MAP_FULL);
+        if !self.starts.insert(user) {
+            self.unmarked.store(true, Ordering::Release);
+            crate::log::say_once(
+                &UNMARKED_SAID,
+                &[b"guard: no memory for the map of block starts; blocks are known by their headers alone from now on"],
+            );
         }
         user as *mut c_void
     }
@@ -151,13 +158,7 @@ impl HeaderGuard {
     /// for an invalid one.
     pub fn note_raw(&self, block: *mut c_void) {
         if !block.is_null() {
-            let _ = self.live.insert(
-                block as u64,
-                Block {
-                    stack: RAW,
-                    size: 0,
-                },
-            );
+            let _ = self.raw.insert(block as u64, Block { stack: 0, size: 0 });
         }
     }
 
@@ -169,50 +170,61 @@ impl HeaderGuard {
 
     /// The requested size of a block memwarden made, for `malloc_usable_size`.
     pub fn usable_size(&self, user: *mut c_void) -> Option<usize> {
-        // SAFETY: only read after the live set vouches for the block.
-        self.is_live(user as u64)
-            .then(|| unsafe { read_header(user as u64) }.map(|g| g.size as usize))?
+        self.live_block(user as u64)
+            .map(|block| block.size as usize)
+    }
+
+    /// The header of `user` if it is one of memwarden's blocks and not freed.
+    pub(crate) fn live_block(&self, user: u64) -> Option<Guarded> {
+        self.is_guarded(user)
+            // SAFETY: a guarded block's header lies inside its glibc block.
+            .then(|| unsafe { read_header(user) })?
+            .filter(|block| !block.freed)
+    }
+
+    /// Whether `user` is one of memwarden's blocks (live or in quarantine).
+    #[inline(always)]
+    fn is_guarded(&self, user: u64) -> bool {
+        self.starts.contains(user)
+            || (self.unmarked.load(Ordering::Acquire)
+                // SAFETY: read as glibc's own free would read the bytes before the pointer.
+                && unsafe { read_header(user) }.is_some_and(|block| !block.freed))
     }
 
     /// Whether `block` was made outside the guard (while re-entered).
     pub fn is_raw(&self, block: *mut c_void) -> bool {
-        self.live
-            .get(block as u64)
-            .is_some_and(|found| found.stack == RAW)
+        self.raw.get(block as u64).is_some()
     }
 
-    /// Drops `block` from the live set.
+    /// Forgets a block made outside the guard (glibc resized or freed it).
     pub fn forget(&self, block: *mut c_void) {
-        self.live.remove(block as u64);
+        self.raw.remove(block as u64);
     }
 
-    /// Frees a block without checks (called while re-entered): a raw block goes to glibc, a
-    /// guarded one to glibc from its real start.
+    /// Frees a block without checks (called while re-entered): a live guarded block goes to
+    /// glibc from its real start, one in quarantine stays there, anything else goes to glibc.
     pub fn release_quietly(&self, block: *mut c_void) {
-        match self.live.remove(block as u64).map(|b| b.stack) {
-            // SAFETY: a live guarded block: its header gives glibc's block start.
-            Some(LIVE) => {
-                if let Some(guarded) = unsafe { read_header(block as u64) } {
-                    // SAFETY: the glibc block it was carved from.
-                    unsafe { real::__libc_free(guarded.base) };
+        let address = block as u64;
+        if self.is_guarded(address) {
+            // SAFETY: a guarded block's header lies inside its glibc block.
+            if let Some(guarded) = unsafe { read_header(address) }.filter(|g| !g.freed) {
+                // SAFETY: as above; the block is live until marked freed here.
+                if unsafe { mark_freed(address, &guarded) } {
+                    self.give_back(address, guarded.base);
                 }
             }
-            Some(FREED) => {
-                let _ = self.live.insert(
-                    block as u64,
-                    Block {
-                        stack: FREED,
-                        size: 0,
-                    },
-                );
-            }
-            // SAFETY: a glibc block.
-            _ => unsafe { real::__libc_free(block) },
+            return;
         }
+        self.raw.remove(address);
+        // SAFETY: a glibc block.
+        unsafe { real::__libc_free(block) };
     }
 
-    fn is_live(&self, user: u64) -> bool {
-        self.live.get(user).is_some_and(|block| block.stack == LIVE)
+    /// Hands a guarded block, marked freed and out of quarantine, back to glibc.
+    fn give_back(&self, user: u64, base: *mut c_void) {
+        self.starts.remove(user);
+        // SAFETY: the glibc block the guarded block was carved from; nothing else holds it.
+        unsafe { real::__libc_free(base) };
     }
 
     /// Frees `user` as `family` says, checking it first. `claimed` is the size a sized
@@ -227,47 +239,60 @@ impl HeaderGuard {
         stack: &dyn Fn() -> u32,
     ) -> Option<(u32, u64)> {
         let address = user as u64;
-        let quarantining = self.settings.quarantine_bytes > 0;
-        // One lookup: a live block becomes freed (kept in quarantine) or is forgotten.
-        let previous = self.live.update(address, |block| match block.stack {
-            LIVE if quarantining => Some(Block {
-                stack: FREED,
-                size: 0,
-            }),
-            FREED => Some(block),
-            _ => None,
-        });
-        match previous.map(|b| b.stack) {
-            Some(RAW) => {
-                // SAFETY: a glibc block made while memwarden was re-entered.
-                unsafe { real::__libc_free(user) };
-                None
-            }
-            Some(FREED) => {
-                self.report_double_free(recorder, address, stack());
-                None
-            }
-            Some(_) => self.release_live(recorder, user, family, claimed, stack),
-            None => {
-                // Not a block memwarden holds: freed already (its header, which glibc leaves
-                // alone, still says so), made before start-up, or never returned at all.
-                // SAFETY: the bytes before the pointer are read as glibc's own free would.
-                if unsafe { read_header(address) }.is_some_and(|block| block.freed) {
+        if self.is_guarded(address) {
+            // SAFETY: a guarded block's header lies inside its glibc block.
+            return match unsafe { read_header(address) } {
+                Some(block) if block.freed => {
                     self.report_double_free(recorder, address, stack());
-                } else if crate::preinit::contains(address) {
-                    // SAFETY: a glibc block allocated before memwarden started.
-                    unsafe { real::__libc_free(user) };
-                } else {
-                    self.report_invalid_free(recorder, address, stack());
+                    None
                 }
-                None
-            }
+                Some(block) => self.release_live(recorder, user, block, family, claimed, stack),
+                None => {
+                    self.report_broken_header(recorder, address, stack());
+                    None
+                }
+            };
         }
+        if self.raw.remove(address).is_some() {
+            // SAFETY: a glibc block made while memwarden was re-entered.
+            unsafe { real::__libc_free(user) };
+            return None;
+        }
+        // Not a block memwarden holds: freed already (its header, which glibc leaves alone
+        // until it reuses the memory, still says so), made before start-up, or never
+        // returned at all.
+        // SAFETY: the bytes before the pointer are read as glibc's own free would.
+        if unsafe { read_header(address) }.is_some_and(|block| block.freed) {
+            self.report_double_free(recorder, address, stack());
+        } else if crate::preinit::contains(address) {
+            // SAFETY: a glibc block allocated before memwarden started.
+            unsafe { real::__libc_free(user) };
+        } else {
+            self.report_invalid_free(recorder, address, stack());
+        }
+        None
+    }
+
+    /// The header of a guarded block was overwritten: an underflow deeper than the front
+    /// redzone. The block cannot be freed safely; it is left as it is.
+    fn report_broken_header(&self, recorder: &Recorder, address: u64, stack: u32) {
+        heap_errors::report(
+            recorder,
+            &HeapError {
+                kind: error_kind::HEAP_BUFFER_UNDERFLOW,
+                address: address - (FRONT_REDZONE + HEADER) as u64,
+                block_size: 0,
+                offset: -((FRONT_REDZONE + HEADER) as i64),
+                stack,
+                alloc_stack: UNKNOWN_STACK_ID,
+                free_stack: UNKNOWN_STACK_ID,
+            },
+        );
     }
 
     fn report_double_free(&self, recorder: &Recorder, address: u64, stack: u32) {
-        // SAFETY: a freed block whose header is memwarden's (checked by the caller or by
-        // the live set).
+        // SAFETY: a block whose header the caller found marked freed (or that is marked as
+        // memwarden's in the block starts).
         let header = unsafe { read_header(address) };
         let (block_size, alloc_stack) = header.map_or((0, UNKNOWN_STACK_ID), |g| (g.size, g.stack));
         heap_errors::report(
@@ -309,29 +334,18 @@ impl HeaderGuard {
         &self,
         recorder: &Recorder,
         user: *mut c_void,
+        block: Guarded,
         family: Family,
         claimed: Option<u64>,
         stack: &dyn Fn() -> u32,
     ) -> Option<(u32, u64)> {
         let address = user as u64;
-        // SAFETY: the live set vouched for the block, so its header bytes are readable.
-        let Some(block) = (unsafe { read_header(address) }) else {
-            // The header itself was overwritten: an underflow deeper than the front redzone.
-            // The block cannot be freed safely; it is left as it is.
-            heap_errors::report(
-                recorder,
-                &HeapError {
-                    kind: error_kind::HEAP_BUFFER_UNDERFLOW,
-                    address: address - (FRONT_REDZONE + HEADER) as u64,
-                    block_size: 0,
-                    offset: -((FRONT_REDZONE + HEADER) as i64),
-                    stack: stack(),
-                    alloc_stack: UNKNOWN_STACK_ID,
-                    free_stack: UNKNOWN_STACK_ID,
-                },
-            );
+        // SAFETY: a guarded block (its header was just read).
+        if !unsafe { mark_freed(address, &block) } {
+            // Another thread's free of the same block came first.
+            self.report_double_free(recorder, address, stack());
             return None;
-        };
+        }
         let free_stack = stack();
         self.check_redzones(recorder, address, &block, free_stack);
         let error = |kind, offset| HeapError {
@@ -351,56 +365,42 @@ impl HeaderGuard {
             heap_errors::report(recorder, &error(error_kind::SIZE_MISMATCH, claimed as i64));
         }
         let size = block.size;
-        // SAFETY: the block is memwarden's and live; its header is rewritten as freed, the
-        // free stack kept in the front redzone, the data filled on request.
+        // SAFETY: the block is memwarden's and now marked freed by this call: the free stack
+        // is kept in its front redzone, its data filled on request.
         unsafe {
-            let offset = address - block.base as u64;
-            write_header(
-                address,
-                size,
-                offset as usize,
-                block.family,
-                true,
-                block.stack,
-            );
             ((address as usize - FRONT_REDZONE) as *mut u32).write_unaligned(free_stack);
             if let Some(fill) = self.settings.fill_free {
                 core::ptr::write_bytes(user.cast::<u8>(), fill, size as usize);
             }
         }
-        let _ = self.live.insert(
-            address,
-            Block {
-                stack: FREED,
-                size: 0,
-            },
-        );
-        self.quarantine
-            .keep(address, size, self.waits, &mut |old, old_size| {
-                self.evict(recorder, old, old_size)
-            });
+        if self.settings.quarantine_bytes == 0 {
+            self.give_back(address, block.base);
+        } else {
+            self.quarantine
+                .keep(address, size, self.waits, &mut |old, old_size| {
+                    self.evict(recorder, old, old_size)
+                });
+        }
         Some((block.stack, size))
     }
 
     /// A block leaves quarantine: its fill pattern is checked, then glibc gets it back.
     fn evict(&self, recorder: &Recorder, user: u64, size: u64) {
         self.check_freed(recorder, user, size);
-        self.live.remove(user);
         // SAFETY: a quarantined block: memwarden's header gives glibc's block start.
         if let Some(block) = unsafe { read_header(user) } {
-            // SAFETY: the glibc block this guarded block was carved from.
-            unsafe { real::__libc_free(block.base) };
+            self.give_back(user, block.base);
         }
     }
 
     /// Fork: every lock held, so the child finds none held by a thread it does not have.
     pub fn lock_for_fork(&self) {
         self.quarantine.lock_for_fork(self.waits);
-        self.live.lock_all();
+        self.raw.lock_all();
     }
 
     pub fn unlock_after_fork(&self) {
-        self.live.unlock_all();
+        self.raw.unlock_all();
         self.quarantine.unlock_after_fork();
     }
 }

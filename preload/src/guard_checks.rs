@@ -9,7 +9,6 @@ use crate::guard::{free_stack_of, HeaderGuard};
 use crate::guard_header::MIN_BACK_REDZONE;
 use crate::guard_header::{
     first_changed, last_changed, read_header, Guarded, BACK_PATTERN, FRONT_PATTERN, FRONT_REDZONE,
-    LIVE,
 };
 use crate::heap_errors::{self, HeapError};
 
@@ -94,40 +93,22 @@ impl HeaderGuard {
         }
     }
 
-    /// The live block whose data holds `address` (a linear search: error path only).
+    /// The live block whose data holds `address` (error path only). Blocks do not overlap,
+    /// so only the nearest block start below the address can hold it.
     pub(crate) fn containing(&self, address: u64) -> Option<(u64, Guarded)> {
-        let mut found = None;
-        self.live.for_each(|user, block| {
-            if found.is_some() || block.stack != LIVE || address < user {
-                return;
-            }
-            // SAFETY: a live block's header is readable.
-            if let Some(guarded) = unsafe { read_header(user) } {
-                if address < user + guarded.size {
-                    found = Some((user, guarded));
-                }
-            }
-        });
-        found
+        let user = self.starts.at_or_below(address)?;
+        let block = self.live_block(user)?;
+        (address < user + block.size).then_some((user, block))
     }
 
     /// Checks every live block's redzones and every quarantined block's fill pattern; an
     /// error found is reported with `stack` (the call that asked for the check, if any).
     pub fn check_all(&self, recorder: &Recorder, stack: u32) {
-        let mut live = Vec::new();
-        self.live.for_each(|address, block| {
-            if block.stack == LIVE {
-                live.push(address);
+        self.starts.for_each(|user| {
+            if let Some(block) = self.live_block(user) {
+                self.check_redzones(recorder, user, &block, stack);
             }
         });
-        for user in live {
-            // SAFETY: the block was live a moment ago; checking is done under its own rules.
-            if let Some(block) = unsafe { read_header(user) } {
-                if !block.freed {
-                    self.check_redzones(recorder, user, &block, stack);
-                }
-            }
-        }
         self.quarantine.for_each(self.waits, &mut |user, size| {
             self.check_freed(recorder, user, size)
         });

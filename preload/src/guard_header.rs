@@ -32,11 +32,6 @@ impl Family {
     }
 }
 
-/// States of a block in the live set.
-pub const RAW: u32 = 0;
-pub const LIVE: u32 = 1;
-pub const FREED: u32 = 2;
-
 /// A guarded block's header, decoded.
 #[derive(Clone, Copy)]
 pub struct Guarded {
@@ -76,6 +71,14 @@ fn decode_offset(code: u32) -> Option<usize> {
     }
 }
 
+/// Bit of word 0 that marks a freed block; the check word leaves it out, so one atomic
+/// write turns a live header into a freed one that is still genuine.
+const FREED_BIT: u64 = 1 << 56;
+
+fn pack_word0(size: u64, offset: usize, family: Family) -> u64 {
+    (size & SIZE_MASK) | (encode_offset(offset) << 48) | ((family as u64) << 54)
+}
+
 /// Writes the header of the block at `user`.
 ///
 /// # Safety
@@ -88,24 +91,41 @@ pub unsafe fn write_header(
     freed: bool,
     stack: u32,
 ) {
-    let word0 = (size & SIZE_MASK)
-        | (encode_offset(offset) << 48)
-        | ((family as u64) << 54)
-        | ((freed as u64) << 56);
+    let word0 = pack_word0(size, offset, family);
     let stack = u64::from(stack);
     let word1 = stack | (check_bits(user, word0, stack) << 24);
     // SAFETY: the caller guarantees the header lies inside the block.
     unsafe {
         let words = header_words(user);
-        words.write(word0);
+        words.write(word0 | if freed { FREED_BIT } else { 0 });
         words.add(1).write(word1);
     }
+}
+
+/// Marks the live block `live` (its header as read at `user`) freed; false if another
+/// call did so first (two frees of one block racing).
+///
+/// # Safety
+/// `user` is a guarded block's address, so its header is readable and writable.
+pub unsafe fn mark_freed(user: u64, live: &Guarded) -> bool {
+    let word0 = pack_word0(live.size, user as usize - live.base as usize, live.family);
+    // SAFETY: the header's first word is 8-aligned (blocks are 16-aligned) and lies inside
+    // the block; other threads only touch it atomically or by reading.
+    let word = unsafe { core::sync::atomic::AtomicU64::from_ptr(header_words(user)) };
+    word.compare_exchange(
+        word0,
+        word0 | FREED_BIT,
+        core::sync::atomic::Ordering::AcqRel,
+        core::sync::atomic::Ordering::Acquire,
+    )
+    .is_ok()
 }
 
 /// Reads the header of a block memwarden knows (live or in quarantine).
 ///
 /// # Safety
-/// `user` is in the live set, so the 32 bytes before it are readable.
+/// The 32 bytes before `user` are readable (a block memwarden marked as its own, or a
+/// pointer given to free, whose bytes glibc's own free would read).
 pub unsafe fn read_header(user: u64) -> Option<Guarded> {
     // SAFETY: the caller guarantees the header is readable.
     let (word0, word1) = unsafe {
@@ -113,7 +133,7 @@ pub unsafe fn read_header(user: u64) -> Option<Guarded> {
         (words.read(), words.add(1).read())
     };
     let stack = word1 & ((1 << 24) - 1);
-    if word1 >> 24 != check_bits(user, word0, stack) {
+    if word1 >> 24 != check_bits(user, word0 & !FREED_BIT, stack) {
         return None;
     }
     let offset = decode_offset(((word0 >> 48) & 0x3f) as u32)?;
@@ -121,7 +141,7 @@ pub unsafe fn read_header(user: u64) -> Option<Guarded> {
         base: (user as usize).checked_sub(offset)? as *mut c_void,
         size: word0 & SIZE_MASK,
         family: Family::from_bits(word0 >> 54),
-        freed: (word0 >> 56) & 1 == 1,
+        freed: word0 & FREED_BIT != 0,
         stack: stack as u32,
     })
 }

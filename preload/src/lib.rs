@@ -17,6 +17,7 @@
 mod accounting;
 mod address_map;
 mod block_header;
+mod block_starts;
 mod config;
 mod crash;
 mod elf_symbols;
