@@ -124,14 +124,11 @@ pub fn generate(dir: &Path, options: &Options) -> Result<Generated, Error> {
 }
 
 /// Writes `report.json` and, per measure, `<measure>.folded` and `<measure>.svg` (the
-/// NumPy one too when there is no NumPy data: it then says so).
+/// NumPy one too when there is no NumPy data: it then says so). Each file is written on a
+/// thread of its own: drawing a large profile's graphs is most of the report's time, and
+/// the graphs do not depend on one another.
 pub fn write_files(dir: &Path, report: &Report) -> Result<Vec<PathBuf>, Error> {
     let json_path = dir.join(REPORT_FILE);
-    write_file(&json_path, |out| {
-        serde_json::to_writer(&mut *out, report)?;
-        out.write_all(b"\n")
-    })?;
-    let mut files = vec![json_path];
     let processes = report.processes.len();
     let subtitle = format!(
         "{} ({} process{}), in bytes",
@@ -139,21 +136,58 @@ pub fn write_files(dir: &Path, report: &Report) -> Result<Vec<PathBuf>, Error> {
         processes,
         if processes == 1 { "" } else { "es" }
     );
-    let collapsed = Collapsed::new(report);
-    for measure in Measure::ALL {
-        let folded_path = dir.join(format!("{}.folded", measure.file_stem()));
-        write_file(&folded_path, |out| collapsed.write(measure, out))?;
-        let svg_path = dir.join(format!("{}.svg", measure.file_stem()));
-        let lines = collapsed.flame_lines(measure);
-        let svg = flamegraph::svg(&lines, measure, &subtitle).map_err(|source| Error::Io {
-            path: svg_path.clone(),
-            action: "draw",
-            source,
-        })?;
-        write_file(&svg_path, |out| out.write_all(&svg))?;
-        files.extend([folded_path, svg_path]);
-    }
-    Ok(files)
+    std::thread::scope(|scope| {
+        let json = scope.spawn(|| {
+            write_file(&json_path, |out| {
+                serde_json::to_writer(&mut *out, report)?;
+                out.write_all(b"\n")
+            })
+        });
+        let collapsed = Collapsed::new(report);
+        let graphs = std::thread::scope(|scope| {
+            let graphs: Vec<_> = Measure::ALL
+                .into_iter()
+                .map(|measure| {
+                    let (collapsed, subtitle) = (&collapsed, &subtitle);
+                    scope.spawn(move || write_graph(dir, collapsed, measure, subtitle))
+                })
+                .collect();
+            graphs.into_iter().map(joined).collect::<Vec<_>>()
+        });
+        let mut files = vec![json_path.clone()];
+        joined(json)?;
+        for graph in graphs {
+            files.extend(graph?);
+        }
+        Ok(files)
+    })
+}
+
+/// What a writing thread returned (a panic in it goes on in the caller).
+fn joined<T>(thread: std::thread::ScopedJoinHandle<'_, T>) -> T {
+    thread
+        .join()
+        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+}
+
+/// Writes `<measure>.folded` and `<measure>.svg`; returns both paths.
+fn write_graph(
+    dir: &Path,
+    collapsed: &Collapsed,
+    measure: Measure,
+    subtitle: &str,
+) -> Result<[PathBuf; 2], Error> {
+    let folded_path = dir.join(format!("{}.folded", measure.file_stem()));
+    write_file(&folded_path, |out| collapsed.write(measure, out))?;
+    let svg_path = dir.join(format!("{}.svg", measure.file_stem()));
+    let lines = collapsed.flame_lines(measure);
+    let svg = flamegraph::svg(&lines, measure, subtitle).map_err(|source| Error::Io {
+        path: svg_path.clone(),
+        action: "draw",
+        source,
+    })?;
+    write_file(&svg_path, |out| out.write_all(&svg))?;
+    Ok([folded_path, svg_path])
 }
 
 fn write_file(
