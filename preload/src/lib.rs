@@ -55,6 +55,7 @@ mod python_codes;
 mod python_layout;
 mod python_runtime;
 mod python_stack;
+mod python_stack_memo;
 mod quarantine;
 mod real;
 mod recorder;

@@ -26,8 +26,10 @@ use crate::python_layout::{
     CurrentFrame, EntryMark, OBJECT_TYPE, OWNED_BY_CSTACK, OWNED_BY_GENERATOR,
 };
 use crate::python_runtime::{self, PythonRuntime};
+use crate::python_stack_memo::MergeInputs;
 use crate::recorder::Recorder;
 use crate::thread_state::Guard;
+use crate::unwind::with_merged_memo;
 
 const MAX_DEPTH: usize = MAX_DEPTH_LIMIT as usize;
 /// Frames followed at most along one chain (a bound should the chain ever be corrupt).
@@ -131,6 +133,15 @@ pub fn with_python_frames(
             return native;
         }
     }
+    let inputs = MergeInputs::new(
+        native,
+        marker.unwrap_or(0),
+        python.words.as_slice(),
+        python.group_ends.as_slice(),
+    );
+    if let Some(merged) = with_merged_memo(guard, |memo| memo.get(&inputs)) {
+        return merged;
+    }
     let mut merged = Merged::new();
     if let Some(marker) = marker {
         merged.push(marker);
@@ -138,7 +149,7 @@ pub fn with_python_frames(
     let native_frames = recorder.frames_of(native);
     let Some(runtime) = runtime.filter(|_| python.count() != 0) else {
         native_frames.iter().for_each(|&frame| merged.push(frame));
-        return recorder.intern(merged.as_slice());
+        return remembered(guard, &inputs, recorder.intern(merged.as_slice()));
     };
     let mut group = 0;
     let mut seen_python = false;
@@ -183,7 +194,15 @@ pub fn with_python_frames(
         group += 1;
     }
     merged.truncate(outermost_python);
-    recorder.intern(merged.as_slice())
+    remembered(guard, &inputs, recorder.intern(merged.as_slice()))
+}
+
+/// `merged`, kept in the memo as what `inputs` make (unless the table had no room).
+fn remembered(guard: &Guard, inputs: &MergeInputs, merged: u32) -> u32 {
+    if merged != memwarden_abi::UNKNOWN_STACK_ID {
+        with_merged_memo(guard, |memo| memo.put(inputs, merged));
+    }
+    merged
 }
 
 /// The stack of a thread without Python frames that Python code started: its own frames up

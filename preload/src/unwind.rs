@@ -10,6 +10,7 @@ use core::sync::atomic::{AtomicU64, Ordering};
 use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64};
 use framehop::{FrameAddress, Unwinder};
 
+use crate::python_stack_memo::MergedMemo;
 use crate::stack_memo::{Lookup, MemoKey, StackMemo};
 use crate::stack_prefix::{Level, Walk};
 
@@ -29,6 +30,7 @@ const FRAMEHOP_SLOTS: u64 = 509;
 pub struct ThreadUnwinder {
     rules: [CacheX86_64; RULE_CACHES],
     memo: Box<StackMemo>,
+    merged: Box<MergedMemo>,
     previous: Box<Walk>,
     current: Box<Walk>,
 }
@@ -74,6 +76,7 @@ fn thread_unwinder(guard: &Guard) -> *mut ThreadUnwinder {
             let state = Box::into_raw(Box::new(ThreadUnwinder {
                 rules: core::array::from_fn(|_| CacheX86_64::new()),
                 memo: StackMemo::boxed(),
+                merged: MergedMemo::boxed(),
                 previous: Walk::boxed(),
                 current: Walk::boxed(),
             }));
@@ -85,6 +88,13 @@ fn thread_unwinder(guard: &Guard) -> *mut ThreadUnwinder {
         }
         *slot as *mut ThreadUnwinder
     }
+}
+
+/// Runs `use_memo` on this thread's memo of merged Python stacks.
+pub fn with_merged_memo<R>(guard: &Guard, use_memo: impl FnOnce(&mut MergedMemo) -> R) -> R {
+    // SAFETY: this thread's own state, made on first use and freed only at its exit; only
+    // the thread holding the guard uses it, and `use_memo` cannot reach it another way.
+    use_memo(unsafe { &mut (*thread_unwinder(guard)).merged })
 }
 
 /// Where the program's code called into the malloc family, captured by the export's entry
@@ -240,6 +250,7 @@ fn unwind_fully(
         memo,
         previous,
         current,
+        ..
     } = state;
     current.clear(snapshot_id);
     let mut saw_unknown = false;

@@ -1,0 +1,108 @@
+//! Interposed call → stack (Python): a per-thread memo from what a merged stack is made of
+//! — the native stack's id, the marker, and the thread's Python frame words cut into their
+//! groups — to the merged stack's id. An allocation made again from the same Python lines
+//! and the same C path then costs a hash of its Python frames, not the merge of some forty
+//! words and their hash and lookup in the stack table (two cache misses, most of a stack's
+//! cost in an import-heavy program).
+//!
+//! The merge is a function of exactly these inputs (the interpreter's address ranges, the
+//! other input, never change once Python is detected), so a memo hit gives the same id the
+//! merge would. An entry also keeps the native id and the number of Python frames, so a
+//! false hit needs two different inputs agreeing on those and on a 64-bit hash.
+
+/// Entries per thread, direct-mapped by the key's top bits.
+const ENTRIES: usize = 256;
+const INDEX_SHIFT: u32 = 64 - ENTRIES.trailing_zeros();
+
+#[derive(Clone, Copy, Default)]
+struct Entry {
+    key: u64,
+    native: u32,
+    python_frames: u32,
+    merged: u32,
+}
+
+/// What the merged stacks of one thread were made of, and their ids.
+pub struct MergedMemo {
+    entries: [Entry; ENTRIES],
+}
+
+/// What one merged stack is made of.
+#[derive(Clone, Copy)]
+pub struct MergeInputs {
+    key: u64,
+    native: u32,
+    python_frames: u32,
+}
+
+impl MergeInputs {
+    /// The inputs of a merge: the native stack's id, the marker (0 for none), the Python
+    /// frame words innermost first, and where each native evaluation call's group ends.
+    pub fn new(native: u32, marker: u64, words: &[u64], group_ends: &[u16]) -> MergeInputs {
+        let mut hash = 0x243f_6a88_85a3_08d3u64 ^ u64::from(native) ^ marker.rotate_left(32);
+        for &word in words {
+            hash = (hash.rotate_left(26) ^ word).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        }
+        for &end in group_ends {
+            hash = (hash.rotate_left(26) ^ u64::from(end)).wrapping_mul(0xc2b2_ae3d_27d4_eb4f);
+        }
+        hash ^= hash >> 33;
+        hash = hash.wrapping_mul(0xff51_afd7_ed55_8ccd);
+        hash ^= hash >> 33;
+        MergeInputs {
+            key: hash | 1,
+            native,
+            python_frames: words.len() as u32,
+        }
+    }
+}
+
+impl MergedMemo {
+    pub fn boxed() -> Box<MergedMemo> {
+        Box::new(MergedMemo {
+            entries: [Entry::default(); ENTRIES],
+        })
+    }
+
+    /// The merged stack of `inputs`, if this thread made it lately.
+    #[inline]
+    pub fn get(&self, inputs: &MergeInputs) -> Option<u32> {
+        let entry = &self.entries[(inputs.key >> INDEX_SHIFT) as usize];
+        (entry.key == inputs.key
+            && entry.native == inputs.native
+            && entry.python_frames == inputs.python_frames)
+            .then_some(entry.merged)
+    }
+
+    /// Remembers that `inputs` merge into the stack `merged`.
+    #[inline]
+    pub fn put(&mut self, inputs: &MergeInputs, merged: u32) {
+        self.entries[(inputs.key >> INDEX_SHIFT) as usize] = Entry {
+            key: inputs.key,
+            native: inputs.native,
+            python_frames: inputs.python_frames,
+            merged,
+        };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_what_it_was_given_and_nothing_else() {
+        let mut memo = MergedMemo::boxed();
+        let words = [0x8000_0000_0001_0004u64, 0x8000_0000_0002_0010];
+        let inputs = MergeInputs::new(7, 0, &words, &[2]);
+        assert_eq!(memo.get(&inputs), None);
+        memo.put(&inputs, 42);
+        assert_eq!(memo.get(&MergeInputs::new(7, 0, &words, &[2])), Some(42));
+        // Another native stack, line, grouping or marker is another merge.
+        assert_eq!(memo.get(&MergeInputs::new(8, 0, &words, &[2])), None);
+        let moved = [words[0], words[1] + 2];
+        assert_eq!(memo.get(&MergeInputs::new(7, 0, &moved, &[2])), None);
+        assert_eq!(memo.get(&MergeInputs::new(7, 0, &words, &[1, 2])), None);
+        assert_eq!(memo.get(&MergeInputs::new(7, 5, &words, &[2])), None);
+    }
+}
