@@ -41,40 +41,34 @@ impl BlockStarts {
     /// Marks `address` as a block start; false when its leaf cannot be had (out of memory,
     /// table full, or an address beyond the covered range).
     pub fn insert(&self, address: u64) -> bool {
-        if address & GRANULE_MASK != 0 {
-            return false;
-        }
-        let Some(leaf) = self.leaf(address, true) else {
-            return false;
-        };
-        let (word, bit) = position(address);
-        leaf_word(leaf, word).fetch_or(bit, Ordering::Release);
-        true
+        self.word_of(address, true)
+            .map(|(word, bit)| word.fetch_or(bit, Ordering::Release))
+            .is_some()
     }
 
     /// Clears `address`'s mark; true if it was set (the caller now owns the block's end).
     pub fn remove(&self, address: u64) -> bool {
-        if address & GRANULE_MASK != 0 {
-            return false;
-        }
-        let Some(leaf) = self.leaf(address, false) else {
-            return false;
-        };
-        let (word, bit) = position(address);
-        leaf_word(leaf, word).fetch_and(!bit, Ordering::AcqRel) & bit != 0
+        self.word_of(address, false)
+            .is_some_and(|(word, bit)| word.fetch_and(!bit, Ordering::AcqRel) & bit != 0)
     }
 
     /// Whether `address` is marked as a block start.
     #[inline(always)]
     pub fn contains(&self, address: u64) -> bool {
+        self.word_of(address, false)
+            .is_some_and(|(word, bit)| word.load(Ordering::Acquire) & bit != 0)
+    }
+
+    /// The bit word holding `address`'s mark, and its bit; none for an address that is not
+    /// 16-aligned (never a block start) or has no leaf (mapped now if `create`).
+    #[inline(always)]
+    fn word_of(&self, address: u64, create: bool) -> Option<(&'static AtomicU64, u64)> {
         if address & GRANULE_MASK != 0 {
-            return false;
+            return None;
         }
-        let Some(leaf) = self.leaf(address, false) else {
-            return false;
-        };
+        let leaf = self.leaf(address, create)?;
         let (word, bit) = position(address);
-        leaf_word(leaf, word).load(Ordering::Acquire) & bit != 0
+        Some((leaf_word(leaf, word), bit))
     }
 
     /// Calls `each` with every marked address, leaf by leaf (leaves in no particular order).
