@@ -184,6 +184,14 @@ pub(crate) enum Arg {
     Plain(OsString),
 }
 
+/// Checks that option `name`, a switch, came without a value (`--name=VALUE`).
+pub(crate) fn no_value(name: &str, attached: Option<OsString>) -> Result<(), UsageError> {
+    match attached {
+        Some(_) => Err(usage(format!("option {name} takes no value"))),
+        None => Ok(()),
+    }
+}
+
 impl<I: Iterator<Item = OsString>> Flags<I> {
     pub(crate) fn next(&mut self) -> Option<Arg> {
         let arg = self.args.next()?;

@@ -5,7 +5,7 @@
 
 use std::ffi::{OsStr, OsString};
 
-use crate::args::{number, usage, Flags, UsageError};
+use crate::args::{no_value, number, usage, Flags, UsageError};
 
 /// Smallest `--align`: the alignment glibc gives every block anyway is 16, and 8 is
 /// `sizeof(void *)`, the smallest `posix_memalign` accepts.
@@ -89,9 +89,7 @@ impl GuardArgs {
         flags: &mut Flags<I>,
     ) -> Result<bool, UsageError> {
         if name == "--guard-below" {
-            if attached.is_some() {
-                return Err(usage("option --guard-below takes no value"));
-            }
+            no_value(name, attached)?;
             self.guard_below = true;
             return Ok(true);
         }

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use memwarden::report::leak_gate::{parse_suppressions, LeakGate};
 use memwarden::report::leaks::kind_code;
 
-use crate::args::{number, usage, Flags, UsageError};
+use crate::args::{no_value, number, usage, Flags, UsageError};
 
 /// The leak options of one `memwarden run`; `None`/`false` when not given.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -40,9 +40,7 @@ impl LeakArgs {
         flags: &mut Flags<I>,
     ) -> Result<bool, UsageError> {
         if name == "--leak-check" {
-            if attached.is_some() {
-                return Err(usage("option --leak-check takes no value"));
-            }
+            no_value(name, attached)?;
             self.check = true;
             return Ok(true);
         }

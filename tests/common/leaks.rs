@@ -139,6 +139,12 @@ pub fn run_leak_check(scratch: &Scratch, options: &[&str], argv: &[&str]) -> Lea
 /// `indirectly`, `possibly`, `still reachable` lost bytes and blocks. `None` when valgrind
 /// is not installed.
 pub fn valgrind(scratch: &Scratch, argv: &[&str]) -> Option<BTreeMap<u32, Summary>> {
+    memcheck_output(scratch, argv, "--trace-children=yes").map(|text| parse_valgrind(&text))
+}
+
+/// What memcheck writes on stderr for `argv` (full leak check, every kind shown, and
+/// `option`); `None` when valgrind is not installed.
+fn memcheck_output(scratch: &Scratch, argv: &[&str], option: &str) -> Option<String> {
     let probe = Command::new("valgrind").arg("--version").output();
     if !probe.is_ok_and(|o| o.status.success()) {
         super::skip_or_fail("valgrind");
@@ -152,12 +158,12 @@ pub fn valgrind(scratch: &Scratch, argv: &[&str]) -> Option<BTreeMap<u32, Summar
         "--show-leak-kinds=all",
         "--run-libc-freeres=no",
         "--run-cxx-freeres=no",
-        "--trace-children=yes",
+        option,
     ])
     .args(argv)
     .current_dir(scratch.path());
     let outcome = super::run_watched(cmd, None, WATCHDOG, scratch);
-    Some(parse_valgrind(&outcome.stderr_text()))
+    Some(outcome.stderr_text())
 }
 
 /// Parses valgrind's `LEAK SUMMARY` lines, per `==pid==` prefix.
@@ -227,23 +233,7 @@ pub struct LossRecord {
 /// Valgrind memcheck's loss records for `argv` (every kind shown). `None` when valgrind is
 /// not installed.
 pub fn valgrind_records(scratch: &Scratch, argv: &[&str]) -> Option<Vec<LossRecord>> {
-    let probe = Command::new("valgrind").arg("--version").output();
-    if !probe.is_ok_and(|o| o.status.success()) {
-        super::skip_or_fail("valgrind");
-        return None;
-    }
-    let mut cmd = Command::new("valgrind");
-    cmd.args([
-        "--leak-check=full",
-        "--show-leak-kinds=all",
-        "--run-libc-freeres=no",
-        "--run-cxx-freeres=no",
-        "--num-callers=40",
-    ])
-    .args(argv)
-    .current_dir(scratch.path());
-    let outcome = super::run_watched(cmd, None, WATCHDOG, scratch);
-    Some(parse_loss_records(&outcome.stderr_text()))
+    memcheck_output(scratch, argv, "--num-callers=40").map(|text| parse_loss_records(&text))
 }
 
 /// Parses memcheck's `… bytes in N blocks are … lost in loss record …` paragraphs.
