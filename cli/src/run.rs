@@ -10,11 +10,14 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use memwarden::profile::OutputDir;
 use memwarden::run_record::{RunRecord, RUN_RECORD_FILE};
+use memwarden::symbolize::Symbolizer;
 use memwarden::Exit;
 
 use crate::args::RunArgs;
 use crate::fail_args::{self, FAIL_VARIABLE, SEED_VARIABLE};
+use crate::look_ahead::LookAhead;
 use crate::{output_dir, preload_lib, python_env, target_check};
 
 /// Variable naming the output folder, read by the preload.
@@ -99,10 +102,13 @@ pub fn run(args: &RunArgs, colour: bool) -> Result<i32, String> {
         .map_err(|e| format!("cannot start {}: {e}", program.display()))?;
     let root = child.id();
     record.root_pid = Some(root);
+    let look_ahead = LookAhead::start(&out_dir);
 
     let previous = ignore_interactive_signals();
     reap_all(root, &mut record.exits);
     restore_signals(previous);
+    // Stopped before the profiles are compacted: it reads them.
+    let symbolizer = look_ahead.map(LookAhead::finish).unwrap_or_default();
 
     record.complete = true;
     if let Err(e) = record.write(&record_path) {
@@ -112,9 +118,20 @@ pub fn run(args: &RunArgs, colour: bool) -> Result<i32, String> {
         .exits
         .get(&root)
         .map_or(UNKNOWN_STATUS, |exit| exit.shell_status());
-    compact_profiles(&out_dir);
     let gate_check = args.leak.check;
-    let found = render_report(&out_dir, args.top, colour, gate).unwrap_or_else(|| Found {
+    // Once loaded, the report no longer reads the profiles: they are compacted meanwhile.
+    let loaded = memwarden::profile::load_dir(&out_dir);
+    let report = std::thread::scope(|scope| {
+        scope.spawn(|| compact_profiles(&out_dir));
+        let inputs = ReportInputs {
+            top: args.top,
+            colour,
+            leak_gate: gate,
+            symbolizer,
+        };
+        render_report(&out_dir, loaded, inputs)
+    });
+    let found = report.unwrap_or_else(|| Found {
         heap_errors: any_heap_error(&out_dir),
         leaks_fail: false,
     });
@@ -148,18 +165,29 @@ struct Found {
 
 /// Prints the summary; returns whether any process of the run recorded a heap error and
 /// whether the leak gate fails the run, or `None` when there is no report.
-fn render_report(
-    out_dir: &Path,
+/// What the report is rendered with, besides the output folder.
+struct ReportInputs {
     top: usize,
     colour: bool,
     leak_gate: memwarden::report::leak_gate::LeakGate,
+    /// The look-ahead's symbolizer.
+    symbolizer: Symbolizer,
+}
+
+fn render_report(
+    out_dir: &Path,
+    loaded: Result<OutputDir, memwarden::Error>,
+    inputs: ReportInputs,
 ) -> Option<Found> {
     let options = memwarden::report::Options {
-        top,
-        colour,
-        leak_gate,
+        top: inputs.top,
+        colour: inputs.colour,
+        leak_gate: inputs.leak_gate,
     };
-    match memwarden::report::generate(out_dir, &options) {
+    let generated = loaded.and_then(|loaded| {
+        memwarden::report::generate_loaded(out_dir, loaded, &options, inputs.symbolizer)
+    });
+    match generated {
         Ok(done) => {
             let _ = std::io::stderr().write_all(done.summary.as_bytes());
             Some(Found {

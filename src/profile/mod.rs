@@ -6,6 +6,7 @@ mod dir;
 mod errors;
 mod failures;
 mod leaks;
+mod live;
 mod plain;
 mod python;
 mod reader;
@@ -22,6 +23,7 @@ pub use compact::compact_profile_file;
 pub use dir::{load_dir, profile_paths, OutputDir};
 pub use errors::guard_mode_name;
 pub use leaks::{leak_view_name, LeakCheck};
+pub use live::LiveProfile;
 pub use python::{python_version_text, PythonCode};
 pub use reader::{read_profile, read_profile_file, ProfileError, Source};
 
@@ -128,12 +130,18 @@ impl Profile {
     /// The module whose `[start, end)` holds `address`; the most recently loaded one if
     /// several do (a library unloaded and another loaded at the same place).
     pub fn module_at(&self, address: u64) -> Option<&Module> {
-        let after = self.modules.partition_point(|m| m.start <= address);
-        self.modules[..after]
-            .iter()
-            .filter(|m| address < m.end)
-            .max_by_key(|m| m.loaded_ns)
+        module_at(&self.modules, address)
     }
+}
+
+/// The module of `modules` (sorted by start) holding `address`; of several that held it
+/// over time, the last loaded.
+pub fn module_at(modules: &[Module], address: u64) -> Option<&Module> {
+    let after = modules.partition_point(|m| m.start <= address);
+    modules[..after]
+        .iter()
+        .filter(|m| address < m.end)
+        .max_by_key(|m| m.loaded_ns)
 }
 
 /// An executable or shared object mapped in the process.

@@ -295,7 +295,7 @@ pub fn read_profile<S: Source + ?Sized>(source: &S) -> Result<Profile, ProfileEr
 
 /// Checks everything the rest of the reader relies on: identity, layout, counts within
 /// capacities, regions in use within the file.
-fn check_header(header: &Header, len: u64) -> Result<(), ProfileError> {
+pub(super) fn check_header(header: &Header, len: u64) -> Result<(), ProfileError> {
     if header.magic != MAGIC {
         return Err(ProfileError::BadMagic {
             found: header.magic,
@@ -376,7 +376,7 @@ fn check_header(header: &Header, len: u64) -> Result<(), ProfileError> {
 }
 
 /// Reads the bytes `[start, end)`.
-fn read_region<S: Source + ?Sized>(
+pub(super) fn read_region<S: Source + ?Sized>(
     source: &S,
     start: u64,
     end: u64,
@@ -409,7 +409,7 @@ fn parse_argv(bytes: &[u8]) -> Vec<String> {
         .collect()
 }
 
-fn parse_modules(bytes: &[u8], count: u64) -> Result<Vec<Module>, ProfileError> {
+pub(super) fn parse_modules(bytes: &[u8], count: u64) -> Result<Vec<Module>, ProfileError> {
     let mut modules = Vec::new();
     for (index, chunk) in (0..count).zip(bytes.chunks_exact(size_of::<ModuleRecord>())) {
         let record = read_plain::<ModuleRecord>(chunk, 0).ok_or(ProfileError::Module {

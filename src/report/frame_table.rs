@@ -11,7 +11,7 @@ use memwarden_abi::python::{self, FrameWord};
 
 use super::frames::frame_flags;
 use super::json::{unknown_stack_frame, FrameReport};
-use crate::profile::Profile;
+use crate::profile::{Module, Profile};
 use crate::python::{is_interpreter, is_profiler, module_of_word};
 use crate::symbolize::{Frame, FrameKind, Symbolizer};
 
@@ -36,6 +36,17 @@ pub(crate) enum Holder {
     Interpreter,
     /// Anything else, a Python frame or a marker.
     Other,
+}
+
+impl Holder {
+    /// What `module` (the module of a native word, if any) is.
+    pub(crate) fn of(module: Option<&Module>) -> Holder {
+        match module {
+            Some(module) if is_profiler(module) => Holder::Profiler,
+            Some(module) if is_interpreter(module) => Holder::Interpreter,
+            _ => Holder::Other,
+        }
+    }
 }
 
 /// A hash of frame words, which are well spread already: cheaper than the default hash.
@@ -143,11 +154,7 @@ impl<'a> FrameTable<'a> {
         *self
             .holders
             .entry(word)
-            .or_insert_with(|| match module_of_word(profile, word) {
-                Some(module) if is_profiler(module) => Holder::Profiler,
-                Some(module) if is_interpreter(module) => Holder::Interpreter,
-                _ => Holder::Other,
-            })
+            .or_insert_with(|| Holder::of(module_of_word(profile, word)))
     }
 
     /// The table indices of the pool frames `pool` (in order), entering those not yet in

@@ -56,21 +56,31 @@ fn is_python(word: u64) -> bool {
     matches!(python::decode(word), FrameWord::Python { .. })
 }
 
-fn shown(table: &mut FrameTable, words: &[u64], first_is_instruction: bool) -> Vec<u32> {
+/// Where a stack's frames are symbolized: the report's frame table, or the look-ahead
+/// while the run goes on (`warm`). Both must pick the same words, so [`symbolize_shown`]
+/// picks them for both.
+pub(crate) trait Symbolize {
+    /// What holds the code of native frame word `word`.
+    fn holder(&mut self, word: u64) -> Holder;
+    /// Symbolizes `word`; whether one of its frames is the program's `main`.
+    fn symbolize(&mut self, word: u64, how: Lookup) -> bool;
+}
+
+/// Symbolizes, innermost first, the words of a stack whose frames may be shown.
+pub(crate) fn symbolize_shown(by: &mut impl Symbolize, words: &[u64], first_is_instruction: bool) {
     let innermost_python = words.iter().position(|&w| is_python(w));
     // The outermost Python frame (the script's `<module>`, a thread's bootstrap) is the
     // root: outside it only the interpreter's start-up or a thread's start remain.
     let root = words.iter().rposition(|&w| is_python(w));
     let words = &words[..root.map_or(words.len(), |r| r + 1)];
-    // Symbolized innermost first, and no further than `main`: the start-up code above it is
-    // cut anyway, and symbolizing it would load libc's debug information for nothing.
-    let mut frames: Vec<u32> = Vec::with_capacity(words.len());
+    // No further than `main`: the start-up code above it is cut anyway, and symbolizing it
+    // would load libc's debug information for nothing.
     for (index, &word) in words.iter().enumerate() {
         if let FrameWord::Native(_) = python::decode(word) {
             // The profiler's own frames are left out unsymbolized: its library may have
             // been rebuilt since the run, and there is nothing to show anyway.
             let above_python = innermost_python.is_some_and(|innermost| index > innermost);
-            match table.holder(word) {
+            match by.holder(word) {
                 Holder::Profiler => continue,
                 Holder::Interpreter if above_python => continue,
                 _ => {}
@@ -81,20 +91,45 @@ fn shown(table: &mut FrameTable, words: &[u64], first_is_instruction: bool) -> V
         } else {
             Lookup::Return
         };
-        let symbolized = table.lookup(word, how);
-        let reached_entry = symbolized.clone().any(|i| table.flags(i) & ENTRY != 0);
-        frames.extend(symbolized);
-        if reached_entry {
+        if by.symbolize(word, how) {
             break;
         }
     }
+}
+
+/// The report's side of [`Symbolize`]: the table's pool frames, in stack order.
+struct Collect<'t, 'a> {
+    table: &'t mut FrameTable<'a>,
+    frames: Vec<u32>,
+}
+
+impl Symbolize for Collect<'_, '_> {
+    fn holder(&mut self, word: u64) -> Holder {
+        self.table.holder(word)
+    }
+
+    fn symbolize(&mut self, word: u64, how: Lookup) -> bool {
+        let symbolized = self.table.lookup(word, how);
+        let reached_entry = symbolized.clone().any(|i| self.table.flags(i) & ENTRY != 0);
+        self.frames.extend(symbolized);
+        reached_entry
+    }
+}
+
+fn shown(table: &mut FrameTable, words: &[u64], first_is_instruction: bool) -> Vec<u32> {
+    let mut collect = Collect {
+        table,
+        frames: Vec::with_capacity(words.len()),
+    };
+    symbolize_shown(&mut collect, words, first_is_instruction);
+    let Collect { table, frames } = collect;
     let kept = trim(frames, |&i| table.flags(i));
     table.show(&kept)
 }
 
 /// The program's own `main` (not an inlined copy, not a Python function): the outermost
 /// frame worth showing.
-fn is_entry(frame: &Frame) -> bool {
+pub(crate) fn is_entry(frame: &Frame) -> bool {
     frame.kind == FrameKind::Native
         && !frame.inlined
         && frame.function.as_deref() == Some(ENTRY_FUNCTION)

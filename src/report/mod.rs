@@ -15,13 +15,14 @@ pub mod leaks;
 pub mod read;
 mod site;
 pub mod text;
+pub mod warm;
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 use crate::analysis::analyze;
-use crate::profile::load_dir;
+use crate::profile::{load_dir, OutputDir};
 use crate::symbolize::Symbolizer;
 use crate::Error;
 use collapsed::Collapsed;
@@ -68,7 +69,18 @@ pub struct Generated {
 /// Loads `dir`, analyses and symbolizes its profiles, writes every report file into it,
 /// and returns the summary.
 pub fn generate(dir: &Path, options: &Options) -> Result<Generated, Error> {
-    let loaded = load_dir(dir)?;
+    generate_loaded(dir, load_dir(dir)?, options, Symbolizer::new())
+}
+
+/// [`generate`], for the output folder `dir` loaded already (its profile files are not
+/// read again), with a symbolizer that may have symbols loaded already
+/// ([`warm::symbolize_ahead`]).
+pub fn generate_loaded(
+    dir: &Path,
+    loaded: OutputDir,
+    options: &Options,
+    mut symbolizer: Symbolizer,
+) -> Result<Generated, Error> {
     let reaped = loaded
         .run
         .as_ref()
@@ -82,7 +94,6 @@ pub fn generate(dir: &Path, options: &Options) -> Result<Generated, Error> {
             .map(|p| p.profile.argv.clone())
             .unwrap_or_default(),
     };
-    let mut symbolizer = Symbolizer::new();
     let mut report = json::build(command, &processes, &mut symbolizer);
     options.leak_gate.mark_suppressed(&mut report);
     let files = write_files(dir, &report)?;

@@ -14,12 +14,17 @@ pub mod python_lines;
 mod symbol_table;
 
 use std::collections::HashMap;
-use std::rc::Rc;
 
 use module::{Location, ModuleSymbols};
 use serde::{Deserialize, Serialize};
 
 use crate::profile::{Module, Profile};
+
+/// The symbolizer moves from the look-ahead thread to the report.
+const _: fn() = || {
+    fn is_send<T: Send>() {}
+    is_send::<Symbolizer>();
+};
 
 /// One frame of a symbolized stack.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -58,8 +63,11 @@ type ModuleKey = (String, Vec<u8>);
 #[derive(Default)]
 pub struct Symbolizer {
     index: HashMap<ModuleKey, usize>,
-    modules: Vec<Option<ModuleSymbols>>,
-    cache: HashMap<(usize, u64), Rc<[Location]>>,
+    /// Each module's symbols, or why they cannot be loaded.
+    modules: Vec<Result<ModuleSymbols, String>>,
+    /// Whether each module's failure to load was warned about.
+    warned: Vec<bool>,
+    cache: HashMap<(usize, u64), Box<[Location]>>,
     /// Python frames by process image (pid, start time) and frame word.
     python_cache: HashMap<(u32, u64, u64), Frame>,
     warnings: Vec<String>,
@@ -85,6 +93,23 @@ impl Symbolizer {
 
     /// The frames of `address`, found by looking up `call`.
     fn frames_probing(&mut self, profile: &Profile, address: u64, call: u64) -> Vec<Frame> {
+        self.frames_in(profile.module_at(call), address, call, Use::Report)
+    }
+
+    /// Like [`Symbolizer::frames`] for a return `address` in `module` (the module holding
+    /// it, or `None`), ahead of the report: a module whose symbols cannot be loaded is
+    /// noted, but warned about only when the report itself needs it.
+    pub fn frames_ahead(&mut self, module: Option<&Module>, address: u64) -> Vec<Frame> {
+        self.frames_in(module, address, address.saturating_sub(1), Use::Ahead)
+    }
+
+    fn frames_in(
+        &mut self,
+        module: Option<&Module>,
+        address: u64,
+        call: u64,
+        by: Use,
+    ) -> Vec<Frame> {
         let unknown = |module: Option<String>| {
             vec![Frame {
                 function: None,
@@ -96,16 +121,16 @@ impl Symbolizer {
                 kind: FrameKind::Native,
             }]
         };
-        let Some(module) = profile.module_at(call) else {
+        let Some(module) = module else {
             return unknown(None);
         };
         if module.is_vdso() {
             return unknown(module.report_name());
         }
         let name = module.report_name();
-        let index = self.module_index(module);
+        let index = self.module_index(module, by);
         let probe = call.wrapping_sub(module.base);
-        let Some(symbols) = &self.modules[index] else {
+        let Ok(symbols) = &self.modules[index] else {
             return unknown(name);
         };
         let locations = self
@@ -147,14 +172,22 @@ impl Symbolizer {
         &self.warnings
     }
 
-    fn module_index(&mut self, module: &Module) -> usize {
+    /// The index of `module`'s symbols, loading them the first time. A module that cannot
+    /// be loaded gets its warning the first time the report (not the look-ahead) uses it.
+    fn module_index(&mut self, module: &Module, by: Use) -> usize {
         let key = (module.path.clone(), module.build_id.clone());
-        if let Some(&index) = self.index.get(&key) {
-            return index;
-        }
-        let symbols = match ModuleSymbols::open(module) {
-            Ok(symbols) => Some(symbols),
-            Err(reason) => {
+        let index = match self.index.get(&key) {
+            Some(&index) => index,
+            None => {
+                let index = self.modules.len();
+                self.modules.push(ModuleSymbols::open(module));
+                self.warned.push(false);
+                self.index.insert(key, index);
+                index
+            }
+        };
+        if let (Use::Report, Err(reason)) = (by, &self.modules[index]) {
+            if !std::mem::replace(&mut self.warned[index], true) {
                 let shown = if module.path.is_empty() {
                     "a module"
                 } else {
@@ -162,14 +195,17 @@ impl Symbolizer {
                 };
                 self.warnings
                     .push(format!("no symbols for {shown}: {reason}"));
-                None
             }
-        };
-        let index = self.modules.len();
-        self.modules.push(symbols);
-        self.index.insert(key, index);
+        }
         index
     }
+}
+
+/// Who asks for a module's symbols: the report, or the look-ahead while the run goes on.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Use {
+    Report,
+    Ahead,
 }
 
 #[cfg(test)]

@@ -274,3 +274,64 @@ fn an_instruction_address_is_looked_up_as_is_not_minus_one() {
         Some("outer")
     );
 }
+
+#[test]
+fn symbols_loaded_ahead_serve_the_report_and_failures_warn_only_when_it_uses_them() {
+    use crate::profile::synthetic::{stack_record, SyntheticModule};
+    use crate::report::warm::LookAhead;
+    use std::sync::atomic::AtomicBool;
+
+    let dir = tempfile::tempdir().unwrap();
+    let library = compile_library(dir.path());
+    let (outer, _) = symbol_range(&library, "outer");
+    let whole_space = |path: &Path, start: u64, end: u64| SyntheticModule {
+        path: path.to_string_lossy().into_owned(),
+        base: 0,
+        start,
+        end,
+        flags: 0,
+        build_id: Vec::new(),
+    };
+    let gone = dir.path().join("libgone.so");
+    let bytes = ProfileBuilder::new(1)
+        .module(whole_space(&library, 0, 1 << 40))
+        .module(whole_space(&gone, 1 << 40, 2 << 40))
+        .stack(&[outer + 1], stack_record())
+        .stack(&[(1 << 40) + 0x20], stack_record())
+        .build();
+    let out = dir.path().join("out");
+    std::fs::create_dir_all(out.join("raw")).unwrap();
+    let profile_path = out.join("raw").join("1-1.mwp");
+    std::fs::write(&profile_path, bytes).unwrap();
+
+    let mut ahead = LookAhead::new(&out);
+    assert!(ahead.look(&AtomicBool::new(false)));
+    let mut symbolizer = ahead.into_symbolizer();
+    assert!(
+        symbolizer.warnings().is_empty(),
+        "no warning ahead of the report"
+    );
+
+    // The library is gone by report time: only what was loaded ahead can name `outer`.
+    std::fs::remove_file(&library).unwrap();
+    let profile = crate::profile::read_profile_file(&profile_path).unwrap();
+    let frames = symbolizer.frames(&profile, outer + 1);
+    assert_eq!(frames.last().unwrap().function.as_deref(), Some("outer"));
+    assert!(symbolizer.warnings().is_empty());
+    let fresh = Symbolizer::new().frames(&profile, outer + 1);
+    assert_eq!(
+        fresh[0].function, None,
+        "without the look-ahead, no symbols"
+    );
+
+    // The module that never loaded is warned about once, when the report uses it.
+    symbolizer.frames(&profile, (1 << 40) + 0x20);
+    symbolizer.frames(&profile, (1 << 40) + 0x30);
+    assert_eq!(
+        symbolizer.warnings().len(),
+        1,
+        "{:?}",
+        symbolizer.warnings()
+    );
+    assert!(symbolizer.warnings()[0].contains("libgone.so"));
+}

@@ -1,0 +1,58 @@
+//! `memwarden run`, while the target runs: a thread at the lowest scheduling priority that
+//! symbolizes the stacks already recorded (`memwarden::report::warm`), so the report after
+//! the run starts with its debug information loaded. It only takes CPU time the target
+//! leaves idle; if it cannot start, the report simply does all the work itself.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use memwarden::report::warm::{symbolize_ahead, LOOK_INTERVAL};
+use memwarden::symbolize::Symbolizer;
+
+/// The lowest priority (highest nice value) on Linux.
+const LOWEST_PRIORITY: libc::c_int = 19;
+
+/// The running look-ahead thread.
+pub struct LookAhead {
+    stop: Arc<AtomicBool>,
+    thread: JoinHandle<Symbolizer>,
+}
+
+impl LookAhead {
+    /// Starts looking at the profiles written into `out_dir`; `None` if no thread can be
+    /// started.
+    pub fn start(out_dir: &Path) -> Option<LookAhead> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let dir = out_dir.to_owned();
+        let flag = Arc::clone(&stop);
+        let thread = std::thread::Builder::new()
+            .name("memwarden-look-ahead".into())
+            .spawn(move || {
+                lower_own_priority();
+                symbolize_ahead(&dir, &flag, LOOK_INTERVAL)
+            })
+            .ok()?;
+        Some(LookAhead { stop, thread })
+    }
+
+    /// Stops the thread (at its next stack) and returns what it symbolized; a fresh
+    /// symbolizer if the thread failed.
+    pub fn finish(self) -> Symbolizer {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.thread().unpark();
+        self.thread.join().unwrap_or_default()
+    }
+}
+
+/// Sets the calling thread's nice value to the lowest priority. On Linux the nice value
+/// is per thread, so the rest of the CLI keeps its own. Failure leaves it as it was.
+fn lower_own_priority() {
+    // SAFETY: gettid has no preconditions; setpriority on our own thread id only changes
+    // this thread's scheduling priority, and its failure is harmless.
+    unsafe {
+        let tid = libc::gettid();
+        libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, LOWEST_PRIORITY);
+    }
+}

@@ -1,0 +1,268 @@
+//! The store, read while the run goes on: what a running process has published so far in
+//! its profile file (its modules, and the stacks it made since the last look), so that
+//! symbols can be loaded ahead of the report.
+//!
+//! The file is being written as it is read. Only records whose `published` flag is set are
+//! used, and a stack seen unpublished is looked at again next time. Whatever a racing
+//! write leaves inconsistent is skipped, never an error: the report reads the finished
+//! file, with every check, once the process is gone.
+
+use std::fs::File;
+use std::io;
+use std::ops::Range;
+use std::path::Path;
+
+use memwarden_abi::{Header, StackRecord, HEADER_SIZE, UNKNOWN_STACK_ID};
+
+use super::plain::{read_plain, read_u64};
+use super::reader::{check_header, parse_modules, read_region, Source};
+use super::Module;
+
+/// A profile file being written by a running process.
+pub struct LiveProfile {
+    file: File,
+    /// Its modules as last read, sorted by start.
+    modules: Vec<Module>,
+    /// `module_count` when the modules were last read.
+    modules_read: u64,
+    /// Every module record was published when last read.
+    modules_complete: bool,
+    /// The first stack id not yet looked at.
+    next_stack: u64,
+    /// Stack ids found unpublished, to look at again.
+    unpublished: Vec<u64>,
+}
+
+impl LiveProfile {
+    /// Opens the profile file at `path` for reading alongside its writer.
+    pub fn open(path: &Path) -> io::Result<LiveProfile> {
+        Ok(LiveProfile {
+            file: File::open(path)?,
+            modules: Vec::new(),
+            modules_read: 0,
+            modules_complete: true,
+            next_stack: 0,
+            unpublished: Vec::new(),
+        })
+    }
+
+    /// The process's modules, as of the last [`LiveProfile::new_stacks`].
+    pub fn modules(&self) -> &[Module] {
+        &self.modules
+    }
+
+    /// The frame words (innermost first) of up to `limit` stacks published since the last
+    /// call, the modules refreshed first. Empty when nothing is new or the file cannot be
+    /// read consistently at the moment.
+    pub fn new_stacks(&mut self, limit: usize) -> Vec<Vec<u64>> {
+        let Some(header) = self.header() else {
+            return Vec::new();
+        };
+        self.refresh_modules(&header);
+        let retried = std::mem::take(&mut self.unpublished);
+        let mut stacks: Vec<Vec<u64>> = retried
+            .into_iter()
+            .filter_map(|id| self.stack(&header, id))
+            .collect();
+        let first = self.next_stack;
+        let count = header.stack_count.saturating_sub(first);
+        let count = count.min(limit.saturating_sub(stacks.len()) as u64);
+        let Some(records) = self.stack_records(&header, first..first + count) else {
+            return stacks;
+        };
+        self.next_stack = first + count;
+        let frames = self.frames_of(&header, &records);
+        for (id, record) in (first..).zip(&records) {
+            if id == u64::from(UNKNOWN_STACK_ID) {
+                continue;
+            }
+            if record.published == 0 {
+                self.unpublished.push(id);
+                continue;
+            }
+            let words = match &frames {
+                Some((span, bytes)) => {
+                    frame_words(record, &header).and_then(|words| words_in(&words, span, bytes))
+                }
+                None => self.read_words(&header, record),
+            };
+            stacks.extend(words);
+        }
+        stacks
+    }
+
+    /// The header, if it reads whole and consistent.
+    fn header(&self) -> Option<Header> {
+        let len = self.file.size().ok()?;
+        let bytes = read_region(&self.file, 0, HEADER_SIZE).ok()?;
+        let header = read_plain::<Header>(&bytes, 0)?;
+        check_header(&header, len).ok()?;
+        Some(header)
+    }
+
+    /// Rereads the module records when some were added or some were unpublished.
+    fn refresh_modules(&mut self, header: &Header) {
+        if header.module_count == self.modules_read && self.modules_complete {
+            return;
+        }
+        let l = header.layout;
+        let end = l.module_offset(header.module_count);
+        let Ok(bytes) = read_region(&self.file, l.modules_offset, end) else {
+            return;
+        };
+        if let Ok(modules) = parse_modules(&bytes, header.module_count) {
+            self.modules_complete = modules.len() as u64 == header.module_count;
+            self.modules_read = header.module_count;
+            self.modules = modules;
+        }
+    }
+
+    /// The stack records of the ids `ids`, read at once.
+    fn stack_records(&self, header: &Header, ids: Range<u64>) -> Option<Vec<StackRecord>> {
+        let l = header.layout;
+        let start = l.stack_offset(ids.start);
+        let bytes = read_region(&self.file, start, l.stack_offset(ids.end)).ok()?;
+        bytes
+            .chunks_exact(size_of::<StackRecord>())
+            .map(|chunk| read_plain::<StackRecord>(chunk, 0))
+            .collect()
+    }
+
+    /// The frame words of stack `id` if it is published now; otherwise it is kept to be
+    /// looked at again.
+    fn stack(&mut self, header: &Header, id: u64) -> Option<Vec<u64>> {
+        let record = self.stack_records(header, id..id + 1)?.pop()?;
+        if record.published == 0 {
+            self.unpublished.push(id);
+            return None;
+        }
+        self.read_words(header, &record)
+    }
+
+    /// The frame words the published `records` use, read as one span; `None` when there
+    /// are none or they lie too far apart to read at once.
+    fn frames_of(&self, header: &Header, records: &[StackRecord]) -> Option<(Range<u64>, Vec<u8>)> {
+        const MAX_SPAN_WORDS: u64 = 1 << 20;
+        let used = records
+            .iter()
+            .filter(|r| r.published != 0)
+            .filter_map(|r| frame_words(r, header));
+        let start = used.clone().map(|words| words.start).min()?;
+        let end = used.map(|words| words.end).max()?;
+        if end.saturating_sub(start) > MAX_SPAN_WORDS {
+            return None;
+        }
+        let l = header.layout;
+        let bytes = read_region(&self.file, l.frame_offset(start), l.frame_offset(end)).ok()?;
+        Some((start..end, bytes))
+    }
+
+    /// The frame words of one published record, read on their own.
+    fn read_words(&self, header: &Header, record: &StackRecord) -> Option<Vec<u64>> {
+        let words = frame_words(record, header)?;
+        let l = header.layout;
+        let bytes = read_region(
+            &self.file,
+            l.frame_offset(words.start),
+            l.frame_offset(words.end),
+        );
+        words_in(&words, &words, &bytes.ok()?)
+    }
+}
+
+/// The frame words `record` names, if they lie within those the header says are in use.
+fn frame_words(record: &StackRecord, header: &Header) -> Option<Range<u64>> {
+    if record.depth > header.max_depth {
+        return None;
+    }
+    let end = record.frames_start.checked_add(record.depth.into())?;
+    (end <= header.frame_words_used).then_some(record.frames_start..end)
+}
+
+/// The frame words `words` out of `bytes`, which hold the words `span`.
+fn words_in(words: &Range<u64>, span: &Range<u64>, bytes: &[u8]) -> Option<Vec<u64>> {
+    let first = words.start.checked_sub(span.start)?;
+    (first..first + (words.end - words.start))
+        .map(|word| read_u64(bytes, usize::try_from(word.checked_mul(8)?).ok()?))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::profile::synthetic::{stack_record, ProfileBuilder, SyntheticModule};
+
+    fn write(path: &Path, builder: &ProfileBuilder) {
+        std::fs::write(path, builder.build()).unwrap();
+    }
+
+    #[test]
+    fn each_published_stack_is_read_once_as_it_appears() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("1.mwp");
+        let module = SyntheticModule::at("/lib/a.so", 0x1000, 0);
+        let mut builder = ProfileBuilder::new(1)
+            .module(module)
+            .stack(&[0x1010, 0x1020], stack_record())
+            .stack(&[0x1030], stack_record());
+        builder.stacks[1].1.published = 0;
+        write(&path, &builder);
+
+        let mut live = LiveProfile::open(&path).unwrap();
+        assert_eq!(live.new_stacks(100), [vec![0x1010, 0x1020]]);
+        assert_eq!(live.modules().len(), 1);
+        assert_eq!(live.modules()[0].path, "/lib/a.so");
+        assert!(
+            live.new_stacks(100).is_empty(),
+            "nothing new, the second stack unpublished"
+        );
+
+        // The writer publishes the second stack and adds a third.
+        builder.stacks[1].1.published = 1;
+        let builder = builder.stack(&[0x1040, 0x1050, 0x1060], stack_record());
+        write(&path, &builder);
+        assert_eq!(
+            live.new_stacks(100),
+            [vec![0x1030], vec![0x1040, 0x1050, 0x1060]]
+        );
+        assert!(live.new_stacks(100).is_empty());
+    }
+
+    #[test]
+    fn stacks_come_in_batches_of_the_limit() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("2.mwp");
+        let mut builder = ProfileBuilder::new(2);
+        for word in 1..=5u64 {
+            builder = builder.stack(&[word], stack_record());
+        }
+        write(&path, &builder);
+        let mut live = LiveProfile::open(&path).unwrap();
+        // The first batch spends one of its ids on the reserved unknown stack.
+        assert_eq!(live.new_stacks(3), [vec![1], vec![2]]);
+        assert_eq!(live.new_stacks(3), [vec![3], vec![4], vec![5]]);
+        assert!(live.new_stacks(3).is_empty());
+    }
+
+    #[test]
+    fn inconsistent_or_unfinished_files_give_nothing_and_no_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("3.mwp");
+        std::fs::write(&path, b"").unwrap();
+        let mut live = LiveProfile::open(&path).unwrap();
+        assert!(live.new_stacks(10).is_empty(), "header not written yet");
+
+        // A stack whose frames lie past the words in use (a torn read) is skipped.
+        let mut record = stack_record();
+        record.depth = 3;
+        let mut builder = ProfileBuilder::new(3).stack(&[7], stack_record());
+        builder.stacks.push((Vec::new(), record));
+        let mut bytes = builder.build();
+        let offset = builder.header.layout.stack_offset(2) as usize;
+        let frames_start = std::mem::offset_of!(StackRecord, frames_start);
+        bytes[offset + frames_start..offset + frames_start + 8]
+            .copy_from_slice(&1000u64.to_le_bytes());
+        std::fs::write(&path, bytes).unwrap();
+        assert_eq!(live.new_stacks(10), [vec![7]]);
+    }
+}
