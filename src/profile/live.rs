@@ -29,9 +29,13 @@ pub struct LiveProfile {
     modules_complete: bool,
     /// The first stack id not yet looked at.
     next_stack: u64,
-    /// Stack ids found unpublished, to look at again.
-    unpublished: Vec<u64>,
+    /// Stack ids found unpublished, to look at again, with the looks they have had.
+    unpublished: Vec<(u64, u32)>,
 }
+
+/// Looks given to a stack found unpublished. A record that lost a race to link its stack
+/// stays unpublished for good (a hole the reader skips), so it is given up on.
+const LOOKS_AT_UNPUBLISHED: u32 = 8;
 
 impl LiveProfile {
     /// Opens the profile file at `path` for reading alongside its writer.
@@ -62,7 +66,7 @@ impl LiveProfile {
         let retried = std::mem::take(&mut self.unpublished);
         let mut stacks: Vec<Vec<u64>> = retried
             .into_iter()
-            .filter_map(|id| self.stack(&header, id))
+            .filter_map(|(id, looks)| self.stack(&header, id, looks + 1))
             .collect();
         let first = self.next_stack;
         let count = header.stack_count.saturating_sub(first);
@@ -77,7 +81,7 @@ impl LiveProfile {
                 continue;
             }
             if record.published == 0 {
-                self.unpublished.push(id);
+                self.unpublished.push((id, 1));
                 continue;
             }
             let words = match &frames {
@@ -129,11 +133,13 @@ impl LiveProfile {
     }
 
     /// The frame words of stack `id` if it is published now; otherwise it is kept to be
-    /// looked at again.
-    fn stack(&mut self, header: &Header, id: u64) -> Option<Vec<u64>> {
+    /// looked at again, unless this was its last look.
+    fn stack(&mut self, header: &Header, id: u64, looks: u32) -> Option<Vec<u64>> {
         let record = self.stack_records(header, id..id + 1)?.pop()?;
         if record.published == 0 {
-            self.unpublished.push(id);
+            if looks < LOOKS_AT_UNPUBLISHED {
+                self.unpublished.push((id, looks));
+            }
             return None;
         }
         self.read_words(header, &record)
@@ -242,6 +248,23 @@ mod tests {
         assert_eq!(live.new_stacks(3), [vec![1], vec![2]]);
         assert_eq!(live.new_stacks(3), [vec![3], vec![4], vec![5]]);
         assert!(live.new_stacks(3).is_empty());
+    }
+
+    #[test]
+    fn a_stack_that_stays_unpublished_is_given_up_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("4.mwp");
+        let mut builder = ProfileBuilder::new(4).stack(&[9], stack_record());
+        builder.stacks[0].1.published = 0;
+        write(&path, &builder);
+        let mut live = LiveProfile::open(&path).unwrap();
+        for _ in 0..LOOKS_AT_UNPUBLISHED {
+            assert!(live.new_stacks(10).is_empty());
+        }
+        assert!(live.unpublished.is_empty(), "given up after its looks");
+        builder.stacks[0].1.published = 1;
+        write(&path, &builder);
+        assert!(live.new_stacks(10).is_empty(), "a hole is not read again");
     }
 
     #[test]
