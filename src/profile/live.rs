@@ -31,6 +31,10 @@ pub struct LiveProfile {
     next_stack: u64,
     /// Stack ids found unpublished, to look at again, with the looks they have had.
     unpublished: Vec<(u64, u32)>,
+    /// `stack_count` at the last look.
+    stack_count: u64,
+    /// The process had recorded its end at the last look.
+    ended: bool,
 }
 
 /// Looks given to a stack found unpublished. A record that lost a race to link its stack
@@ -47,7 +51,14 @@ impl LiveProfile {
             modules_complete: true,
             next_stack: 0,
             unpublished: Vec::new(),
+            stack_count: 0,
+            ended: false,
         })
+    }
+
+    /// The process had ended at the last look, and every stack it published was read.
+    pub fn is_finished(&self) -> bool {
+        self.ended && self.unpublished.is_empty() && self.next_stack >= self.stack_count
     }
 
     /// The process's modules, as of the last [`LiveProfile::new_stacks`].
@@ -63,6 +74,8 @@ impl LiveProfile {
             return Vec::new();
         };
         self.refresh_modules(&header);
+        self.stack_count = header.stack_count;
+        self.ended = header.end_time_ns != 0;
         let retried = std::mem::take(&mut self.unpublished);
         let mut stacks: Vec<Vec<u64>> = retried
             .into_iter()
@@ -248,6 +261,29 @@ mod tests {
         assert_eq!(live.new_stacks(3), [vec![1], vec![2]]);
         assert_eq!(live.new_stacks(3), [vec![3], vec![4], vec![5]]);
         assert!(live.new_stacks(3).is_empty());
+    }
+
+    #[test]
+    fn a_process_that_ended_is_finished_once_its_stacks_are_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("5.mwp");
+        let mut builder = ProfileBuilder::new(5).stack(&[1], stack_record());
+        write(&path, &builder);
+        let mut live = LiveProfile::open(&path).unwrap();
+        assert!(!live.is_finished(), "not looked at yet");
+        assert_eq!(live.new_stacks(10).len(), 1);
+        assert!(!live.is_finished(), "still running");
+
+        builder = builder
+            .stack(&[2], stack_record())
+            .stack(&[3], stack_record());
+        builder.header.end_time_ns = 1_000;
+        write(&path, &builder);
+        let batch = live.new_stacks(1);
+        assert_eq!(batch.len(), 1, "the batch ends before the last stack");
+        assert!(!live.is_finished());
+        assert_eq!(live.new_stacks(1).len(), 1);
+        assert!(live.is_finished());
     }
 
     #[test]

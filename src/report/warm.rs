@@ -4,7 +4,7 @@
 //! priority, on a core the program leaves idle: loading DWARF is most of the report's
 //! time on a short run.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -20,7 +20,8 @@ use crate::symbolize::Symbolizer;
 pub const LOOK_INTERVAL: Duration = Duration::from_millis(50);
 /// Stacks read from one file at a time, between checks of the stop flag.
 const STACKS_PER_READ: usize = 4096;
-/// Profile files followed at most (a run of many processes: the rest wait for the report).
+/// Profile files followed at once (a run of many processes: the rest wait for a free place,
+/// or for the report).
 const MAX_FILES: usize = 256;
 
 /// Symbolizes, every `interval`, the stacks newly published in the profiles of output
@@ -37,7 +38,10 @@ pub fn symbolize_ahead(dir: &Path, stop: &AtomicBool, interval: Duration) -> Sym
 /// The profiles of an output folder being written, and what was symbolized from them.
 pub struct LookAhead {
     dir: PathBuf,
+    /// The files followed.
     files: BTreeMap<PathBuf, LiveProfile>,
+    /// The files whose process ended and whose stacks were all read: not read again.
+    finished: BTreeSet<PathBuf>,
     symbolizer: Symbolizer,
 }
 
@@ -47,6 +51,7 @@ impl LookAhead {
         LookAhead {
             dir: dir.to_owned(),
             files: BTreeMap::new(),
+            finished: BTreeSet::new(),
             symbolizer: Symbolizer::new(),
         }
     }
@@ -55,7 +60,8 @@ impl LookAhead {
     /// set (checked between stacks).
     pub fn look(&mut self, stop: &AtomicBool) -> bool {
         for path in profile_paths(&self.dir).unwrap_or_default() {
-            if self.files.len() < MAX_FILES && !self.files.contains_key(&path) {
+            let known = self.files.contains_key(&path) || self.finished.contains(&path);
+            if self.files.len() < MAX_FILES && !known {
                 if let Ok(live) = LiveProfile::open(&path) {
                     self.files.insert(path, live);
                 }
@@ -66,6 +72,14 @@ impl LookAhead {
                 return false;
             }
         }
+        let finished = &mut self.finished;
+        self.files.retain(|path, live| {
+            let done = live.is_finished();
+            if done {
+                finished.insert(path.clone());
+            }
+            !done
+        });
         !stop.load(Ordering::Relaxed)
     }
 
