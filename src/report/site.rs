@@ -4,8 +4,18 @@
 //! (`memwarden_faults::site_key`), so the key of a report matches the preload's.
 
 use memwarden_abi::python::{self, FrameWord};
+use memwarden_abi::UNKNOWN_STACK_ID;
 
+use crate::analysis::StackFigures;
 use crate::profile::Profile;
+
+/// The `site` of each of `stacks` (of `profile`), in order: none for the unknown stack.
+pub(crate) fn site_keys(profile: &Profile, stacks: &[StackFigures]) -> Vec<Option<String>> {
+    stacks
+        .iter()
+        .map(|s| (s.stack.id != UNKNOWN_STACK_ID).then(|| site_hex(profile, &s.stack.frames)))
+        .collect()
+}
 
 /// The key of the stack with these frame words (innermost first), as 16 lowercase hex
 /// digits. Only return addresses count: Python frames and markers are left out. Each is
