@@ -12,8 +12,8 @@ use std::path::Path;
 
 use memwarden_abi::{Header, Layout, HEADER_SIZE};
 
+use super::header::check_header;
 use super::plain::read_plain;
-use super::reader::check_header;
 use super::ProfileError;
 use crate::Error;
 

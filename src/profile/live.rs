@@ -14,8 +14,9 @@ use std::path::Path;
 
 use memwarden_abi::{Header, StackRecord, HEADER_SIZE, UNKNOWN_STACK_ID};
 
+use super::header::check_header;
 use super::plain::{read_plain, read_u64};
-use super::reader::{check_header, parse_modules, read_region, Source};
+use super::reader::{parse_modules, read_region, Source};
 use super::Module;
 
 /// A profile file being written by a running process.

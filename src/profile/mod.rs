@@ -5,6 +5,7 @@ mod compact;
 mod dir;
 mod errors;
 mod failures;
+mod header;
 mod leaks;
 mod live;
 mod plain;
