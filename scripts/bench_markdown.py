@@ -301,6 +301,10 @@ def python_markdown(workloads, samples, runs: int, versions: dict, notes: list, 
             return "failed"
         return f"{value:.2f} s" if unit == "s" else fmt_bytes(value * 1024)
 
+    def row(w, attr, unit, tail=" |"):
+        """A table row: the workload, its bare figure, each tool's ratio, then `tail`."""
+        return f"| {w.name} | {bare_cell(w, attr, unit)} | " + " | ".join(cell(w, t, attr) for t in tools) + tail
+
     today = datetime.date.today().isoformat()
     short = (
         f", with the workloads shortened to {scale:g} of their size (`--short`), so start-up weighs more "
@@ -348,11 +352,7 @@ def python_markdown(workloads, samples, runs: int, versions: dict, notes: list, 
     ]
     for w in workloads:
         target = PY_WORKLOADS[w.name][1]
-        lines.append(
-            f"| {w.name} | {bare_cell(w, 'wall', 's')} | "
-            + " | ".join(cell(w, t, "wall") for t in tools)
-            + f" | ≤ {fmt_ratio(target)} |"
-        )
+        lines.append(row(w, "wall", "s", f" | ≤ {fmt_ratio(target)} |"))
     lines += [
         "",
         "Of the whole command, as a user waits for it. memwarden's includes building its report and "
@@ -366,11 +366,7 @@ def python_markdown(workloads, samples, runs: int, versions: dict, notes: list, 
         rule,
     ]
     for w in workloads:
-        lines.append(
-            f"| {w.name} | {bare_cell(w, 'target_wall', 's')} | "
-            + " | ".join(cell(w, t, "target_wall") for t in tools)
-            + " |"
-        )
+        lines.append(row(w, "target_wall", "s"))
     lines += [
         "",
         "The process that runs the script, timed from its start to its exit inside it (`bench/hwm.c`). For "
@@ -387,11 +383,7 @@ def python_markdown(workloads, samples, runs: int, versions: dict, notes: list, 
             fmt_bytes(med(w, t, "other_rss_kib") * 1024) if t in w.tools and med(w, t, "other_rss_kib") else "–"
             for t in ("memwarden", "heaptrack")
         ]
-        lines.append(
-            f"| {w.name} | {bare_cell(w, 'target_rss_kib', 'KiB')} | "
-            + " | ".join(cell(w, t, "target_rss_kib") for t in tools)
-            + f" | {' | '.join(helpers)} |"
-        )
+        lines.append(row(w, "target_rss_kib", "KiB", f" | {' | '.join(helpers)} |"))
     lines += [
         "",
         "Fil and Memray keep their data inside the Python process, so their ratios include it; memwarden's CLI "
