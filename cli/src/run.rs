@@ -1,7 +1,8 @@
 //! `memwarden run`: checks the target, starts it with the preload in its environment,
-//! reaps it and every orphaned descendant as a subreaper, records their statuses in
-//! `run.json`, then hands the output folder to the report stage; with `--error-exitcode`,
-//! a heap error the report found decides the exit status.
+//! symbolizes its stacks as they appear (`look_ahead`), reaps it and every orphaned
+//! descendant as a subreaper, records their statuses in `run.json`, then hands the output
+//! folder to the report stage while the profiles are compacted; with `--error-exitcode`, a
+//! heap error the report found decides the exit status.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -163,8 +164,6 @@ struct Found {
     leaks_fail: bool,
 }
 
-/// Prints the summary; returns whether any process of the run recorded a heap error and
-/// whether the leak gate fails the run, or `None` when there is no report.
 /// What the report is rendered with, besides the output folder.
 struct ReportInputs {
     top: usize,
@@ -174,6 +173,8 @@ struct ReportInputs {
     symbolizer: Symbolizer,
 }
 
+/// Prints the summary; returns whether any process of the run recorded a heap error and
+/// whether the leak gate fails the run, or `None` when there is no report.
 fn render_report(
     out_dir: &Path,
     loaded: Result<OutputDir, memwarden::Error>,

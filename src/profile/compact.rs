@@ -107,7 +107,7 @@ pub fn compact_profile_file(path: &Path) -> Result<bool, Error> {
     let aside = path.with_extension("mwp.compacting");
     // Not synced to disk: the rename already makes the swap atomic for every reader, and
     // the sparse file it replaces was never synced either (its pages are written back
-    // whenever the kernel sees fit). Syncing cost a quarter of a second on a 33 MB profile.
+    // whenever the kernel sees fit). Syncing cost about 50 ms on a 33 MB profile.
     let written = File::create(&aside)
         .and_then(|mut out| out.write_all(&image))
         .and_then(|()| fs::rename(&aside, path));
