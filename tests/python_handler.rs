@@ -5,6 +5,9 @@
 //! never breaks a Python it cannot serve.
 
 mod common;
+
+use std::path::Path;
+
 use common::python::*;
 use common::*;
 
@@ -33,6 +36,15 @@ fn value<'a>(stdout: &'a str, key: &str) -> Vec<&'a str> {
         .lines()
         .filter_map(|l| l.strip_prefix(key).and_then(|v| v.strip_prefix(' ')))
         .collect()
+}
+
+/// The script run by `python` without memwarden, with `user_path` as its `PYTHONPATH`.
+fn run_bare(python: &Path, script: &Script, user_path: &str, scratch: &Scratch) -> Outcome {
+    let mut bare = std::process::Command::new(python);
+    bare.arg(script.arg())
+        .env("PYTHONPATH", user_path)
+        .current_dir(scratch.path());
+    run_watched(bare, None, WATCHDOG, scratch)
 }
 
 /// The target's stderr: what memwarden's summary (`memwarden: <command> (N process…`)
@@ -87,11 +99,7 @@ fn arrays_get_memwardens_handler_in_every_thread_and_the_users_sitecustomize_run
     );
 
     // Bare, with the same PYTHONPATH: the same sys.path and sitecustomize, NumPy's handler.
-    let mut bare = std::process::Command::new(&python);
-    bare.arg(script.arg())
-        .env("PYTHONPATH", user_path)
-        .current_dir(scratch.path());
-    let bare = run_watched(bare, None, WATCHDOG, &scratch);
+    let bare = run_bare(&python, &script, user_path, &scratch);
     assert_success(&bare, "the script bare");
     let bare_stdout = bare.stdout_text();
     assert_eq!(value(&bare_stdout, "main"), ["default_allocator"]);
@@ -131,11 +139,7 @@ fn without_a_user_sitecustomize_there_is_none_and_an_error_in_one_shows_as_pytho
         &[("PYTHONPATH", user_path)],
     );
     assert_success(&run.outcome, "the script under memwarden");
-    let mut bare = std::process::Command::new(&python);
-    bare.arg(script.arg())
-        .env("PYTHONPATH", user_path)
-        .current_dir(scratch.path());
-    let bare = run_watched(bare, None, WATCHDOG, &scratch);
+    let bare = run_bare(&python, &script, user_path, &scratch);
     assert_eq!(
         bare.stderr_text(),
         "Error in sitecustomize; set PYTHONVERBOSE for traceback:\nNameError: boom\n"

@@ -306,48 +306,40 @@ pub fn parse_loss_records(text: &str) -> Vec<LossRecord> {
 /// `(bytes, blocks)` per kind (definite, indirect, possible, reachable) of the records
 /// whose stack holds one of `functions`.
 pub fn valgrind_kinds_of(records: &[LossRecord], functions: &[&str]) -> [(u64, u64); 4] {
-    let mut kinds = [(0, 0); 4];
-    for r in records {
-        if !r.functions.iter().any(|f| functions.contains(&f.as_str())) {
-            continue;
-        }
-        let index = ["definite", "indirect", "possible", "reachable"]
+    by_kind(
+        records
             .iter()
-            .position(|k| *k == r.kind)
-            .unwrap();
-        kinds[index].0 += r.bytes;
-        kinds[index].1 += r.blocks;
-    }
-    kinds
+            .filter(|r| r.functions.iter().any(|f| functions.contains(&f.as_str())))
+            .map(|r| (r.kind, r.bytes, r.blocks)),
+    )
 }
 
 /// The same for memwarden's leaks of one process.
 pub fn our_kinds_of(process: &LeakProcess, functions: &[&str]) -> [(u64, u64); 4] {
-    let mut kinds = [(0, 0); 4];
-    for leak in &process.leaks {
-        if !functions.iter().any(|f| leak.has_function(f)) {
-            continue;
-        }
-        let index = ["definite", "indirect", "possible", "reachable"]
+    by_kind(
+        process
+            .leaks
             .iter()
-            .position(|k| *k == leak.kind)
-            .unwrap();
-        kinds[index].0 += leak.bytes;
-        kinds[index].1 += leak.blocks;
-    }
-    kinds
+            .filter(|leak| functions.iter().any(|f| leak.has_function(f)))
+            .map(|leak| (leak.kind.as_str(), leak.bytes, leak.blocks)),
+    )
 }
 
 /// memcheck's figures per kind over every loss record.
 pub fn valgrind_totals(records: &[LossRecord]) -> [(u64, u64); 4] {
+    by_kind(records.iter().map(|r| (r.kind, r.bytes, r.blocks)))
+}
+
+/// `(bytes, blocks)` summed per kind, in the order definite, indirect, possible, reachable.
+fn by_kind<'a>(items: impl Iterator<Item = (&'a str, u64, u64)>) -> [(u64, u64); 4] {
     let mut kinds = [(0, 0); 4];
-    for r in records {
+    for (kind, bytes, blocks) in items {
         let index = ["definite", "indirect", "possible", "reachable"]
             .iter()
-            .position(|k| *k == r.kind)
+            .position(|k| *k == kind)
             .unwrap();
-        kinds[index].0 += r.bytes;
-        kinds[index].1 += r.blocks;
+        kinds[index].0 += bytes;
+        kinds[index].1 += blocks;
     }
     kinds
 }
