@@ -7,9 +7,12 @@
 //! same frames, so the id is reused with no unwinding, hashing or table lookup. Any change —
 //! another caller, another return address, another module snapshot — is a miss.
 
-/// Sets per thread; each holds two entries (two-way set-associative, so two hot call sites
-/// that hash alike do not evict each other).
-const MEMO_SETS: usize = 32;
+/// Sets per thread, each of [`WAYS`] entries: a hot loop's dozen call sites then fit
+/// however their addresses fall. With two ways of 32 sets, three sites sharing a set (as
+/// about one run in three had, by where the loader put things) evicted each other on every
+/// pass, and most of a NumPy loop's stacks were unwound again.
+const MEMO_SETS: usize = 64;
+const WAYS: usize = 4;
 /// Stack words an entry can remember; deeper walks are simply not memoized.
 const MEMO_READS: usize = 32;
 
@@ -49,10 +52,17 @@ impl StackRead {
     }
 }
 
+/// A word a memo entry depends on, and its value (every memoized read succeeded).
+#[derive(Clone, Copy, Default)]
+pub struct MemoRead {
+    pub address: u64,
+    pub value: u64,
+}
+
 /// The reads of one full unwinding, in order.
 #[derive(Clone, Copy)]
 pub struct RecordedReads {
-    reads: [StackRead; MEMO_READS],
+    reads: [MemoRead; MEMO_READS],
     len: usize,
     overflowed: bool,
 }
@@ -60,7 +70,7 @@ pub struct RecordedReads {
 impl Default for RecordedReads {
     fn default() -> Self {
         RecordedReads {
-            reads: [StackRead::default(); MEMO_READS],
+            reads: [MemoRead::default(); MEMO_READS],
             len: 0,
             overflowed: false,
         }
@@ -68,48 +78,62 @@ impl Default for RecordedReads {
 }
 
 impl RecordedReads {
-    /// Reads an entry can hold.
-    pub const CAPACITY: usize = MEMO_READS;
+    pub fn iter(&self) -> impl Iterator<Item = &MemoRead> {
+        self.reads[..self.len].iter()
+    }
 
     pub fn overflowed(&self) -> bool {
         self.overflowed
     }
 
     pub fn push(&mut self, address: u64, value: Result<u64, ()>) {
-        if self.len == MEMO_READS {
-            self.overflowed = true;
-            return;
-        }
         // Walks with a refused read are not memoized: they are rare (the end of a stack is a
         // rule, not a failed read).
-        if value.is_err() {
+        let (Ok(value), false) = (value, self.len == MEMO_READS) else {
             self.overflowed = true;
             return;
-        }
-        self.reads[self.len] = StackRead::new(address, value);
+        };
+        self.reads[self.len] = MemoRead { address, value };
         self.len += 1;
     }
+
+    /// True if every word still holds its value.
+    #[inline]
+    fn all_hold(&self, read: &impl Fn(u64) -> Result<u64, ()>) -> bool {
+        self.iter().all(|word| read(word.address) == Ok(word.value))
+    }
+}
+
+/// What a second walk showed a stored walk independent of.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Proof {
+    /// Not tried: the walk may depend on bp and on every word it read.
+    Untried,
+    /// Tried, and nothing shown.
+    Nothing,
+    /// The first frame's bp (but not the words).
+    Bp,
+    /// bp, and every stack word but those stored.
+    OnlyTheseWords,
 }
 
 #[derive(Clone, Copy)]
 struct Entry {
     key: MemoKey,
     stack: u32,
-    used: bool,
+    /// When the entry was last stored or hit, by the memo's clock (0: never used).
+    used_at: u32,
     /// The walk was shown not to depend on the first frame's bp (see `store`).
     ignores_bp: bool,
+    /// A proof was tried (see `store`): a changed word is then no reason to try again.
+    tried: bool,
     reads: RecordedReads,
 }
 
-#[derive(Clone, Copy)]
-struct Set {
-    ways: [Entry; 2],
-    /// The way used last; a store replaces the other.
-    recent: usize,
-}
-
 pub struct StackMemo {
-    sets: [Set; MEMO_SETS],
+    sets: [[Entry; WAYS]; MEMO_SETS],
+    /// Counts lookups that hit and stores: the least recently used way is replaced.
+    clock: u32,
 }
 
 /// The set of a key: by ip and sp only, so that an entry that ignores bp is found whatever
@@ -130,15 +154,24 @@ pub enum Lookup {
     /// An entry for the same frame exists but was stored for another bp: this frame's bp
     /// varies, so it is worth proving that the walk ignores it (see `store`).
     OnlyBpDiffers,
+    /// An entry for the same frame exists, but a word it read has changed, and no proof
+    /// was tried for it: worth proving which words the walk depends on (see `store`). In
+    /// code built without frame pointers most such words are saved values of rbp, an
+    /// ordinary register there, that change from call to call.
+    WordsChanged,
 }
 
 impl Entry {
-    fn matches(&self, key: &MemoKey) -> bool {
-        self.used
+    /// Same module snapshot, same frame.
+    fn same_frame(&self, key: &MemoKey) -> bool {
+        self.used_at != 0
             && self.key.snapshot == key.snapshot
             && self.key.ip == key.ip
             && self.key.sp == key.sp
-            && (self.ignores_bp || self.key.bp == key.bp)
+    }
+
+    fn matches(&self, key: &MemoKey) -> bool {
+        self.same_frame(key) && (self.ignores_bp || self.key.bp == key.bp)
     }
 }
 
@@ -152,56 +185,57 @@ impl StackMemo {
         unsafe { memo.assume_init() }
     }
 
+    fn tick(&mut self) -> u32 {
+        // After 2^32 ticks the order is briefly wrong, which costs at most a few misses.
+        self.clock = self.clock.wrapping_add(1).max(1);
+        self.clock
+    }
+
     /// The stack id remembered for `key`, if every stack word it depended on is unchanged.
     #[inline]
     pub fn lookup(&mut self, key: &MemoKey, read: &impl Fn(u64) -> Result<u64, ()>) -> Lookup {
+        let now = self.tick();
         let set = &mut self.sets[set_index(key)];
-        let Some(way) = set.ways.iter().position(|entry| entry.matches(key)) else {
-            let bp_only = set.ways.iter().any(|entry| {
-                entry.used
-                    && entry.key.snapshot == key.snapshot
-                    && entry.key.ip == key.ip
-                    && entry.key.sp == key.sp
-            });
-            return if bp_only {
-                Lookup::OnlyBpDiffers
-            } else {
-                Lookup::Miss
+        let Some(entry) = set.iter_mut().find(|entry| entry.matches(key)) else {
+            return match set.iter().any(|entry| entry.same_frame(key)) {
+                true => Lookup::OnlyBpDiffers,
+                false => Lookup::Miss,
             };
         };
-        let entry = &set.ways[way];
-        let unchanged = entry.reads.reads[..entry.reads.len]
-            .iter()
-            .all(|recorded| recorded.still_holds(read));
-        if !unchanged {
-            return Lookup::Miss;
+        if !entry.reads.all_hold(read) {
+            return match entry.tried {
+                true => Lookup::Miss,
+                false => Lookup::WordsChanged,
+            };
         }
-        set.recent = way;
+        entry.used_at = now;
         Lookup::Hit(entry.stack)
     }
 
-    /// Remembers the result of a full unwinding (unless it read too many words to keep).
-    /// `ignores_bp`: the caller walked again with bp set to 0 and got the same frames with
-    /// no refused read, so bp was never used (any use as an address, or as the base of a
-    /// frame, would have failed or ended the walk).
-    pub fn store(&mut self, key: MemoKey, reads: &RecordedReads, stack: u32, ignores_bp: bool) {
+    /// Remembers the result of a full unwinding (unless it read too many words to keep),
+    /// in place of the entry of the same key, or else of the least recently used one.
+    /// `proof` says what the caller showed by walking again and getting the same frames
+    /// with no refused read: with bp set to 0, that bp was never used (any use as an
+    /// address, or as the base of a frame, would have failed or ended the walk); with, in
+    /// addition, every word but `reads` read as 0, that the walk depends on `reads` alone.
+    pub fn store(&mut self, key: MemoKey, reads: &RecordedReads, stack: u32, proof: Proof) {
         if reads.overflowed {
             return;
         }
+        let now = self.tick();
         let set = &mut self.sets[set_index(&key)];
-        let way = set
-            .ways
-            .iter()
-            .position(|entry| entry.matches(&key))
-            .unwrap_or(1 - set.recent);
-        set.ways[way] = Entry {
+        let way = match set.iter().position(|entry| entry.matches(&key)) {
+            Some(way) => way,
+            None => (0..WAYS).min_by_key(|&way| set[way].used_at).unwrap_or(0),
+        };
+        set[way] = Entry {
             key,
             stack,
-            used: true,
-            ignores_bp,
+            used_at: now,
+            ignores_bp: matches!(proof, Proof::Bp | Proof::OnlyTheseWords),
+            tried: proof != Proof::Untried,
             reads: *reads,
         };
-        set.recent = way;
     }
 }
 
@@ -224,7 +258,7 @@ mod tests {
         let mut reads = RecordedReads::default();
         reads.push(0x7ff0_0008, Ok(0x401234));
         reads.push(0x7ff0_0100, Ok(0x55));
-        memo.store(key(), &reads, 7, false);
+        memo.store(key(), &reads, 7, Proof::Untried);
         let same = |address: u64| {
             Ok(if address == 0x7ff0_0008 {
                 0x401234
@@ -233,10 +267,14 @@ mod tests {
             })
         };
         assert_eq!(memo.lookup(&key(), &same), Lookup::Hit(7));
+        // A changed word is worth a proof once; after one was tried, it is a plain miss.
         let changed = |address: u64| Ok(if address == 0x7ff0_0008 { 0x999 } else { 0x55 });
-        assert_eq!(memo.lookup(&key(), &changed), Lookup::Miss);
+        assert_eq!(memo.lookup(&key(), &changed), Lookup::WordsChanged);
         let unreadable = |_address: u64| Err(());
-        assert_eq!(memo.lookup(&key(), &unreadable), Lookup::Miss);
+        assert_eq!(memo.lookup(&key(), &unreadable), Lookup::WordsChanged);
+        memo.store(key(), &reads, 7, Proof::Nothing);
+        assert_eq!(memo.lookup(&key(), &changed), Lookup::Miss);
+        assert_eq!(memo.lookup(&key(), &same), Lookup::Hit(7));
         let other = MemoKey {
             sp: 0x7ff0_0010,
             ..key()
@@ -244,24 +282,70 @@ mod tests {
         assert_eq!(memo.lookup(&other, &same), Lookup::Miss);
     }
 
-    #[test]
-    fn two_keys_of_one_set_both_stay() {
-        let mut memo = StackMemo::boxed();
-        let first = key();
-        let second = (1..u64::MAX)
+    /// `count` keys that fall in the set of `key()`.
+    fn keys_of_one_set(count: usize) -> Vec<MemoKey> {
+        (0..u64::MAX)
             .map(|n| MemoKey {
-                ip: first.ip + n,
-                ..first
+                ip: key().ip + n,
+                ..key()
             })
-            .find(|k| set_index(k) == set_index(&first))
-            .unwrap();
+            .filter(|k| set_index(k) == set_index(&key()))
+            .take(count)
+            .collect()
+    }
+
+    #[test]
+    fn as_many_keys_as_ways_in_one_set_all_stay() {
+        let mut memo = StackMemo::boxed();
+        let keys = keys_of_one_set(WAYS);
         let mut reads = RecordedReads::default();
         reads.push(0x7ff0_0008, Ok(1));
-        memo.store(first, &reads, 1, false);
-        memo.store(second, &reads, 2, false);
+        for (stack, key) in keys.iter().enumerate() {
+            memo.store(*key, &reads, stack as u32, Proof::Untried);
+        }
         let memory = |_address: u64| Ok(1);
-        assert_eq!(memo.lookup(&first, &memory), Lookup::Hit(1));
-        assert_eq!(memo.lookup(&second, &memory), Lookup::Hit(2));
+        for _pass in 0..3 {
+            for (stack, key) in keys.iter().enumerate() {
+                assert_eq!(memo.lookup(key, &memory), Lookup::Hit(stack as u32));
+            }
+        }
+    }
+
+    #[test]
+    fn the_least_recently_used_way_is_replaced() {
+        let mut memo = StackMemo::boxed();
+        let keys = keys_of_one_set(WAYS + 1);
+        let mut reads = RecordedReads::default();
+        reads.push(0x7ff0_0008, Ok(1));
+        let memory = |_address: u64| Ok(1);
+        for (stack, key) in keys[..WAYS].iter().enumerate() {
+            memo.store(*key, &reads, stack as u32, Proof::Untried);
+        }
+        // The first key is used again: the second is now the least recently used.
+        assert_eq!(memo.lookup(&keys[0], &memory), Lookup::Hit(0));
+        memo.store(keys[WAYS], &reads, 99, Proof::Untried);
+        assert_eq!(memo.lookup(&keys[1], &memory), Lookup::Miss);
+        assert_eq!(memo.lookup(&keys[0], &memory), Lookup::Hit(0));
+        assert_eq!(memo.lookup(&keys[WAYS], &memory), Lookup::Hit(99));
+    }
+
+    #[test]
+    fn a_reduced_entry_ignores_the_words_it_does_not_hold() {
+        let mut memo = StackMemo::boxed();
+        let mut reads = RecordedReads::default();
+        reads.push(0x7ff0_0008, Ok(0x401234));
+        memo.store(key(), &reads, 6, Proof::OnlyTheseWords);
+        let saved_bp_changed = |address: u64| {
+            Ok(if address == 0x7ff0_0008 {
+                0x401234
+            } else {
+                address ^ 0x5a5a
+            })
+        };
+        let with_bp = MemoKey { bp: 0x777, ..key() };
+        assert_eq!(memo.lookup(&with_bp, &saved_bp_changed), Lookup::Hit(6));
+        let return_changed = |_address: u64| Ok(0x401300);
+        assert_eq!(memo.lookup(&key(), &return_changed), Lookup::Miss);
     }
 
     #[test]
@@ -269,7 +353,7 @@ mod tests {
         let mut memo = StackMemo::boxed();
         let mut reads = RecordedReads::default();
         reads.push(0x7ff0_0008, Ok(1));
-        memo.store(key(), &reads, 4, true);
+        memo.store(key(), &reads, 4, Proof::Bp);
         let memory = |_address: u64| Ok(1);
         assert_eq!(
             memo.lookup(
@@ -288,7 +372,7 @@ mod tests {
             },
             &reads,
             5,
-            false,
+            Proof::Untried,
         );
         let other_bp = MemoKey {
             ip: 0x402000,
@@ -303,7 +387,7 @@ mod tests {
         let mut memo = StackMemo::boxed();
         let mut reads = RecordedReads::default();
         reads.push(0x7ff0_0008, Err(()));
-        memo.store(key(), &reads, 9, false);
+        memo.store(key(), &reads, 9, Proof::Untried);
         assert_eq!(memo.lookup(&key(), &|_address: u64| Err(())), Lookup::Miss);
     }
 
@@ -314,7 +398,7 @@ mod tests {
         for word in 0..=MEMO_READS as u64 {
             reads.push(0x7ff0_0000 + word * 8, Ok(word));
         }
-        memo.store(key(), &reads, 3, false);
+        memo.store(key(), &reads, 3, Proof::Untried);
         assert_eq!(
             memo.lookup(&key(), &|a: u64| Ok((a - 0x7ff0_0000) / 8)),
             Lookup::Miss

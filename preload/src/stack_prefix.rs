@@ -37,6 +37,9 @@ pub struct Walk {
     overflowed: bool,
     /// The walk stopped at the depth limit, not at the end of the stack.
     truncated: bool,
+    /// The first level from which on the walk is shown not to use bp (see
+    /// [`Walk::keep_return_address_reads`]): resuming there needs no equal bp.
+    bp_free_from: usize,
     /// The module snapshot it was made with (0: no valid walk).
     snapshot: u64,
 }
@@ -54,6 +57,7 @@ impl Walk {
         self.reads_len = 0;
         self.overflowed = false;
         self.truncated = false;
+        self.bp_free_from = MAX_LEVELS;
         self.snapshot = snapshot;
     }
 
@@ -120,7 +124,9 @@ impl Walk {
             *cursor += 1;
         }
         let at = *cursor;
-        if at == self.count || self.levels[at] != *level {
+        let found = self.levels[..self.count].get(at)?;
+        let bp_free = at >= self.bp_free_from;
+        if found.ip != level.ip || found.sp != level.sp || (!bp_free && found.bp != level.bp) {
             return None;
         }
         if self.truncated && new_levels + (self.count - at) < depth {
@@ -139,6 +145,7 @@ impl Walk {
         // The equal level was pushed by the new walk already; replace it by the previous
         // walk's tail so its reads come along.
         self.count -= 1;
+        self.bp_free_from = self.count + previous.bp_free_from.saturating_sub(at);
         self.reads_len = self.reads_start[self.count] as usize;
         let shift = previous.reads_start[at] as usize;
         let mut cut = false;
@@ -166,14 +173,70 @@ impl Walk {
 
     /// The walk's reads as a memo entry can hold them, if they fit.
     pub fn memo_reads(&self) -> Option<RecordedReads> {
-        if self.overflowed || self.truncated || self.reads_len > RecordedReads::CAPACITY {
+        self.memo_reads_where(|_, _| true)
+    }
+
+    /// The reads the walk's frames depend on if it never used bp: the return addresses it
+    /// read, and every read made past its last level (which decided that the walk ended).
+    /// As a memo entry can hold them, if they fit.
+    pub fn return_address_reads(&self) -> Option<RecordedReads> {
+        self.memo_reads_where(|level, read| self.keeps(level, read))
+    }
+
+    /// Drops every read but [`Walk::return_address_reads`]', once the walk is shown to
+    /// depend on nothing else, bp included: later walks then resume from it whatever the
+    /// other words and bp.
+    pub fn keep_return_address_reads(&mut self) {
+        self.bp_free_from = 0;
+        let mut kept = 0;
+        for level in 0..self.count {
+            let (start, end) = self.reads_of(level);
+            self.reads_start[level] = kept as u32;
+            for index in start..end {
+                let read = self.reads[index];
+                if self.keeps(level, &read) {
+                    self.reads[kept] = read;
+                    kept += 1;
+                }
+            }
+        }
+        self.reads_len = kept;
+    }
+
+    fn memo_reads_where(&self, keep: impl Fn(usize, &StackRead) -> bool) -> Option<RecordedReads> {
+        if self.overflowed || self.truncated {
             return None;
         }
         let mut reads = RecordedReads::default();
-        for read in &self.reads[..self.reads_len] {
-            reads.push(read.address, if read.ok { Ok(read.value) } else { Err(()) });
+        for level in 0..self.count {
+            let (start, end) = self.reads_of(level);
+            for read in self.reads[start..end]
+                .iter()
+                .filter(|read| keep(level, read))
+            {
+                reads.push(read.address, if read.ok { Ok(read.value) } else { Err(()) });
+            }
         }
         (!reads.overflowed()).then_some(reads)
+    }
+
+    /// The range of `reads` made to unwind past level `level`.
+    fn reads_of(&self, level: usize) -> (usize, usize) {
+        let end = match level + 1 < self.count {
+            true => self.reads_start[level + 1] as usize,
+            false => self.reads_len,
+        };
+        (self.reads_start[level] as usize, end)
+    }
+
+    /// Whether `read`, made past level `level`, is one [`Walk::return_address_reads`] keeps:
+    /// the word the next level's address came from (just below its stack pointer, the
+    /// canonical frame address), or any read past the last level.
+    fn keeps(&self, level: usize, read: &StackRead) -> bool {
+        let Some(next) = self.levels[..self.count].get(level + 1) else {
+            return true;
+        };
+        read.ok && read.address == next.sp.wrapping_sub(8) && read.value == next.ip
     }
 }
 
@@ -271,6 +334,79 @@ mod tests {
         );
         assert_eq!(
             previous.resume_point(&mut 0, 1, &level(20, 200), 1, 3, &memory),
+            Some(1)
+        );
+    }
+
+    /// A walk like a real one: unwinding past level i reads a saved bp at its sp and the
+    /// next level's address just below the next level's sp.
+    fn walk_with_return_addresses(levels: &[Level], saved_bp: u64) -> Box<Walk> {
+        let mut walk = Walk::boxed();
+        walk.clear(1);
+        for (i, l) in levels.iter().enumerate() {
+            walk.push_level(*l);
+            walk.record_read(l.sp, Ok(saved_bp));
+            if let Some(next) = levels.get(i + 1) {
+                walk.record_read(next.sp - 8, Ok(next.ip));
+            }
+        }
+        walk
+    }
+
+    #[test]
+    fn a_walk_kept_to_its_return_addresses_resumes_whatever_the_other_words_and_bp() {
+        let levels = [level(10, 100), level(20, 200), level(30, 300)];
+        let mut walk = walk_with_return_addresses(&levels, 0x5555);
+        let memory = |address: u64| match address {
+            192 => Ok(20),
+            292 => Ok(30),
+            _ => Ok(0x7777),
+        };
+        let other_bp = Level {
+            ip: 20,
+            sp: 200,
+            bp: 0x1234,
+        };
+        // Every read kept: the saved bp changed, and bp must be equal.
+        assert_eq!(
+            walk.resume_point(&mut 0, 1, &level(20, 200), 1, 64, &memory),
+            None
+        );
+        let kept = walk.return_address_reads().unwrap();
+        let words: Vec<u64> = kept.iter().map(|read| read.address).collect();
+        // The return addresses, and the saved bp read past the last level.
+        assert_eq!(words, [192, 292, 300]);
+        walk.keep_return_address_reads();
+        let memory = |address: u64| match address {
+            300 => Ok(0x5555),
+            _ => memory(address),
+        };
+        assert_eq!(
+            walk.resume_point(&mut 0, 1, &other_bp, 1, 64, &memory),
+            Some(1)
+        );
+        let return_changed = |address: u64| match address {
+            292 => Ok(31),
+            _ => memory(address),
+        };
+        assert_eq!(
+            walk.resume_point(&mut 0, 1, &other_bp, 1, 64, &return_changed),
+            None
+        );
+        // A walk spliced onto it resumes without bp from the spliced part on only.
+        let mut fresh = walk_with_return_addresses(&[level(11, 150), level(20, 200)], 0x6666);
+        fresh.splice_from(&walk, 1, 64);
+        assert_eq!(fresh.frames(), &[11, 20, 30]);
+        let other_bp_at_start = Level {
+            bp: 9,
+            ..level(11, 150)
+        };
+        assert_eq!(
+            fresh.resume_point(&mut 0, 1, &other_bp_at_start, 0, 64, &memory),
+            None
+        );
+        assert_eq!(
+            fresh.resume_point(&mut 0, 1, &other_bp, 1, 64, &memory),
             Some(1)
         );
     }

@@ -11,7 +11,7 @@ use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64};
 use framehop::{FrameAddress, Unwinder};
 
 use crate::python_stack_memo::MergedMemo;
-use crate::stack_memo::{Lookup, MemoKey, StackMemo};
+use crate::stack_memo::{Lookup, MemoKey, Proof, RecordedReads, StackMemo};
 use crate::stack_prefix::{Level, Walk};
 
 use crate::modules;
@@ -208,10 +208,10 @@ fn walk_frames(
         sp: regs.sp(),
         bp: regs.bp(),
     };
-    let check_bp = match state.memo.lookup(&key, &read_stack) {
+    let worth_proving = match state.memo.lookup(&key, &read_stack) {
         Lookup::Hit(stack) => return stack,
         Lookup::Miss => false,
-        Lookup::OnlyBpDiffers => true,
+        Lookup::OnlyBpDiffers | Lookup::WordsChanged => true,
     };
     unwind_fully(
         snapshot,
@@ -222,7 +222,7 @@ fn walk_frames(
         depth,
         intern,
         key,
-        check_bp,
+        worth_proving,
         strict,
     )
 }
@@ -241,7 +241,7 @@ fn unwind_fully(
     depth: usize,
     intern: &dyn Fn(&[u64]) -> u32,
     key: MemoKey,
-    check_bp: bool,
+    worth_proving: bool,
     strict: bool,
 ) -> u32 {
     let snapshot_id = snapshot as *const Snapshot as u64;
@@ -307,23 +307,62 @@ fn unwind_fully(
     current.set_stack(stack);
     if !saw_unknown {
         if let Some(reads) = current.memo_reads() {
-            // Proving bp is ignored costs a second walk: only for frames seen with another bp.
-            let ignores_bp = check_bp
-                && same_walk_without_bp(snapshot, rules, &key, read_stack, current.frames());
-            memo.store(key, &reads, stack, ignores_bp);
+            // A proof costs a second walk: only for frames seen with another bp, or with
+            // other words read.
+            let mut proven = (reads, Proof::Untried);
+            if worth_proving {
+                proven = prove(snapshot, rules, &key, read_stack, current).unwrap_or(proven);
+            }
+            memo.store(key, &proven.0, stack, proven.1);
         }
         core::mem::swap(previous, current);
     }
     stack
 }
 
-/// Walks again from the memo key's frame with bp set to 0: true if the same frames come out
-/// with no refused read, i.e. the walk never used bp (see `StackMemo::store`).
-fn same_walk_without_bp(
+/// What the walk `walk` (from the memo key's frame) can be shown to be independent of by
+/// walking again, and the reads it then depends on (see `StackMemo::store`). On the
+/// strongest proof, `walk` keeps only those reads, so that later walks resume from it.
+fn prove(
     snapshot: &Snapshot,
     rules: &mut [CacheX86_64; RULE_CACHES],
     key: &MemoKey,
     read_stack: &dyn Fn(u64) -> Result<u64, ()>,
+    walk: &mut Walk,
+) -> Option<(RecordedReads, Proof)> {
+    if let Some(kept) = walk.return_address_reads() {
+        let only_kept = |word: u64| {
+            let kept = kept.iter().any(|read| read.address == word);
+            if kept {
+                read_stack(word)
+            } else {
+                Ok(0)
+            }
+        };
+        if same_walk_with(snapshot, rules, key, &only_kept, walk.frames()) {
+            walk.keep_return_address_reads();
+            return Some((kept, Proof::OnlyTheseWords));
+        }
+    }
+    let reads = walk.memo_reads()?;
+    let ignores_bp = same_walk_with(snapshot, rules, key, read_stack, walk.frames());
+    Some((
+        reads,
+        if ignores_bp {
+            Proof::Bp
+        } else {
+            Proof::Nothing
+        },
+    ))
+}
+
+/// Walks again from the memo key's frame with bp set to 0 and stack words read by `read`:
+/// true if the same `frames` come out, ending as they did, with no refused read.
+fn same_walk_with(
+    snapshot: &Snapshot,
+    rules: &mut [CacheX86_64; RULE_CACHES],
+    key: &MemoKey,
+    read: &dyn Fn(u64) -> Result<u64, ()>,
     frames: &[u64],
 ) -> bool {
     let mut regs = UnwindRegsX86_64::new(key.ip, key.sp, 0);
@@ -332,13 +371,18 @@ fn same_walk_without_bp(
     };
     let refused = core::cell::Cell::new(false);
     let mut checked_read = |word: u64| {
-        let value = read_stack(word);
+        let value = read(word);
         refused.set(refused.get() | value.is_err());
         value
     };
     for (index, &expected) in frames.iter().enumerate() {
         if address.address() != expected {
             return false;
+        }
+        let last = index + 1 == frames.len();
+        if runs_python(expected) {
+            // The first walk stopped here too (`unwind_fully`).
+            return last;
         }
         let cache = &mut rules[rule_cache_index(&address)];
         let next = step(snapshot, address, &mut regs, cache, &mut checked_read);
@@ -347,7 +391,7 @@ fn same_walk_without_bp(
         }
         match next {
             Some(next) => address = next,
-            None => return index + 1 == frames.len(),
+            None => return last,
         }
     }
     false
