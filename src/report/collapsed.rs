@@ -34,7 +34,7 @@ struct Line {
 pub struct Collapsed<'r> {
     report: &'r Report,
     /// Each distinct label (process roots and frames, `;` replaced), once.
-    labels: Vec<String>,
+    labels: Labels,
     /// Every line's label ids, root first, one after the other.
     ids: Vec<u32>,
     /// Every stack of every process, sorted.
@@ -85,11 +85,11 @@ impl<'r> Collapsed<'r> {
         }
         let mut collapsed = Collapsed {
             report,
-            labels,
+            labels: Labels::new(labels),
             ids,
             lines: Vec::new(),
         };
-        lines.sort_by(|a, b| compare(&collapsed.labels, collapsed.ids(a), collapsed.ids(b)));
+        lines.sort_by(|a, b| collapsed.labels.compare(collapsed.ids(a), collapsed.ids(b)));
         collapsed.lines = lines;
         collapsed
     }
@@ -142,7 +142,7 @@ impl<'r> Collapsed<'r> {
             if i > 0 {
                 out.write_all(b";")?;
             }
-            out.write_all(self.labels[id as usize].as_bytes())?;
+            out.write_all(self.labels.text[id as usize].as_bytes())?;
         }
         writeln!(out, " {count}")
     }
@@ -161,7 +161,7 @@ impl<'r> Collapsed<'r> {
             .zip(kept)
             .map(|(&(ids, count), depth)| (&ids[..depth], count))
             .collect();
-        cut.sort_by(|a, b| compare(&self.labels, a.0, b.0));
+        cut.sort_by(|a, b| self.labels.compare(a.0, b.0));
         let mut out = Vec::new();
         let mut lines = cut.into_iter().peekable();
         while let Some((ids, mut count)) = lines.next() {
@@ -209,25 +209,57 @@ fn kept_depths(lines: &[(&[u32], u64)], narrow: impl Fn(u64) -> bool) -> Vec<usi
     kept
 }
 
-/// The order of two lines' texts (their labels joined by `;`), from their label ids.
-/// Labels hold no `;`, and equal labels have equal ids.
-fn compare(labels: &[String], a: &[u32], b: &[u32]) -> Ordering {
-    for (i, (&x, &y)) in a.iter().zip(b).enumerate() {
-        if x == y {
-            continue;
+/// The distinct labels of the lines, by id, and their ranks.
+struct Labels {
+    text: Vec<String>,
+    /// Each label's place among all of them, ordered as the label followed by a `;`.
+    rank: Vec<u32>,
+}
+
+impl Labels {
+    fn new(text: Vec<String>) -> Labels {
+        let mut order: Vec<u32> = (0..text.len() as u32).collect();
+        let key = |id: u32| text[id as usize].as_bytes().iter().chain(b";");
+        order.sort_unstable_by(|&x, &y| key(x).cmp(key(y)));
+        let mut rank = vec![0; text.len()];
+        for (place, &id) in order.iter().enumerate() {
+            rank[id as usize] = place as u32;
         }
-        let (x, y) = (labels[x as usize].as_bytes(), labels[y as usize].as_bytes());
-        let common = x.iter().zip(y).take_while(|(p, q)| p == q).count();
-        // When one label is a prefix of the other, what follows it in its line (`;`, or
-        // the line's end) meets the rest of the other.
-        return match (x.get(common), y.get(common)) {
-            (Some(p), Some(q)) => p.cmp(q),
-            (None, Some(q)) => next_byte(a, i).map_or(Ordering::Less, |p| p.cmp(q)),
-            (Some(p), None) => next_byte(b, i).map_or(Ordering::Greater, |q| p.cmp(&q)),
-            (None, None) => Ordering::Equal,
-        };
+        Labels { text, rank }
     }
-    a.len().cmp(&b.len())
+
+    /// The order of two lines' texts (their labels joined by `;`), from their label ids.
+    /// Labels hold no `;`, and equal labels have equal ids.
+    fn compare(&self, a: &[u32], b: &[u32]) -> Ordering {
+        let Some(i) = a.iter().zip(b).position(|(x, y)| x != y) else {
+            return a.len().cmp(&b.len());
+        };
+        if i + 1 < a.len() && i + 1 < b.len() {
+            // Both lines go on, each label with a `;` after it: as no label holds a `;`,
+            // the first difference lies within the shorter label and its `;`, which is
+            // how the ranks are ordered.
+            let (x, y) = (a[i] as usize, b[i] as usize);
+            return self.rank[x].cmp(&self.rank[y]);
+        }
+        compare_text(&self.text, a, b, i)
+    }
+}
+
+/// The order of two lines' texts that first differ at label `i`, the last of one of them.
+fn compare_text(labels: &[String], a: &[u32], b: &[u32], i: usize) -> Ordering {
+    let (x, y) = (
+        labels[a[i] as usize].as_bytes(),
+        labels[b[i] as usize].as_bytes(),
+    );
+    let common = x.iter().zip(y).take_while(|(p, q)| p == q).count();
+    // When one label is a prefix of the other, what follows it in its line (`;`, or the
+    // line's end) meets the rest of the other.
+    match (x.get(common), y.get(common)) {
+        (Some(p), Some(q)) => p.cmp(q),
+        (None, Some(q)) => next_byte(a, i).map_or(Ordering::Less, |p| p.cmp(q)),
+        (Some(p), None) => next_byte(b, i).map_or(Ordering::Greater, |q| p.cmp(&q)),
+        (None, None) => Ordering::Equal,
+    }
 }
 
 /// The byte after label `i` of `line`: `;` when another label follows, none at its end.

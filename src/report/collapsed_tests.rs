@@ -37,16 +37,16 @@ fn every_line() -> Vec<Vec<u32>> {
 
 #[test]
 fn lines_compare_as_their_text_does() {
-    let labels = labels();
+    let labels = Labels::new(labels());
     let lines = every_line();
     for a in &lines {
         for b in &lines {
             assert_eq!(
-                compare(&labels, a, b),
-                text(&labels, a).cmp(&text(&labels, b)),
+                labels.compare(a, b),
+                text(&labels.text, a).cmp(&text(&labels.text, b)),
                 "{:?} vs {:?}",
-                text(&labels, a),
-                text(&labels, b)
+                text(&labels.text, a),
+                text(&labels.text, b)
             );
         }
     }

@@ -51,7 +51,7 @@ impl Holder {
 
 /// A hash of frame words, which are well spread already: cheaper than the default hash.
 #[derive(Default)]
-struct WordHasher(u64);
+pub(crate) struct WordHasher(u64);
 
 impl Hasher for WordHasher {
     fn finish(&self) -> u64 {
@@ -69,7 +69,7 @@ impl Hasher for WordHasher {
     }
 }
 
-type WordMap<K, V> = HashMap<K, V, BuildHasherDefault<WordHasher>>;
+pub(crate) type WordMap<K, V> = HashMap<K, V, BuildHasherDefault<WordHasher>>;
 
 /// The frames of one process: those symbolized (the pool) and those shown (the table).
 pub(crate) struct FrameTable<'a> {

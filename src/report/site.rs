@@ -6,15 +6,36 @@
 use memwarden_abi::python::{self, FrameWord};
 use memwarden_abi::UNKNOWN_STACK_ID;
 
+use super::frame_table::WordMap;
 use crate::analysis::StackFigures;
 use crate::profile::Profile;
 
 /// The `site` of each of `stacks` (of `profile`), in order: none for the unknown stack.
+/// Only return addresses count, so the stacks of a Python program share keys where they
+/// differ in Python frames only: each distinct run of return addresses is hashed once.
 pub(crate) fn site_keys(profile: &Profile, stacks: &[StackFigures]) -> Vec<Option<String>> {
+    let mut known: WordMap<Vec<u64>, String> = WordMap::default();
+    let mut native = Vec::new();
     stacks
         .iter()
-        .map(|s| (s.stack.id != UNKNOWN_STACK_ID).then(|| site_hex(profile, &s.stack.frames)))
+        .map(|s| {
+            if s.stack.id == UNKNOWN_STACK_ID {
+                return None;
+            }
+            native.clear();
+            native.extend(s.stack.frames.iter().copied().filter(|&w| is_native(w)));
+            if let Some(key) = known.get(&native) {
+                return Some(key.clone());
+            }
+            let key = site_hex(profile, &native);
+            known.insert(native.clone(), key.clone());
+            Some(key)
+        })
         .collect()
+}
+
+fn is_native(word: u64) -> bool {
+    matches!(python::decode(word), FrameWord::Native(_))
 }
 
 /// The key of the stack with these frame words (innermost first), as 16 lowercase hex
@@ -23,12 +44,7 @@ pub(crate) fn site_keys(profile: &Profile, stacks: &[StackFigures]) -> Vec<Optio
 /// symbolization looks it up): that module's file name, and the return address minus its
 /// load bias; a frame in no module by an empty name and the address.
 pub(crate) fn site_hex(profile: &Profile, frames: &[u64]) -> String {
-    let native = frames
-        .iter()
-        .filter_map(|&word| match python::decode(word) {
-            FrameWord::Native(address) => Some(address),
-            _ => None,
-        });
+    let native = frames.iter().copied().filter(|&word| is_native(word));
     let mut parts = native.map(|address| match profile.module_at(address.wrapping_sub(1)) {
         Some(module) => (module.path.as_bytes(), address.wrapping_sub(module.base)),
         None => (&[][..], address),

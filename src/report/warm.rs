@@ -4,6 +4,7 @@
 //! priority, on a core the program leaves idle: loading DWARF is most of the report's
 //! time on a short run.
 
+use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -11,7 +12,7 @@ use std::time::Duration;
 
 use memwarden_abi::python::{self, FrameWord};
 
-use super::frame_table::{Holder, Lookup};
+use super::frame_table::{Holder, Lookup, WordMap};
 use super::frames::{is_entry, symbolize_shown, Symbolize};
 use crate::profile::{module_at, profile_paths, LiveProfile, Module};
 use crate::symbolize::Symbolizer;
@@ -39,7 +40,7 @@ pub fn symbolize_ahead(dir: &Path, stop: &AtomicBool, interval: Duration) -> Sym
 pub struct LookAhead {
     dir: PathBuf,
     /// The files followed.
-    files: BTreeMap<PathBuf, LiveProfile>,
+    files: BTreeMap<PathBuf, Followed>,
     /// The files whose process ended and whose stacks were all read: not read again.
     finished: BTreeSet<PathBuf>,
     symbolizer: Symbolizer,
@@ -63,18 +64,19 @@ impl LookAhead {
             let known = self.files.contains_key(&path) || self.finished.contains(&path);
             if self.files.len() < MAX_FILES && !known {
                 if let Ok(live) = LiveProfile::open(&path) {
-                    self.files.insert(path, live);
+                    let warmed = WordMap::default();
+                    self.files.insert(path, Followed { live, warmed });
                 }
             }
         }
-        for live in self.files.values_mut() {
-            if !catch_up(&mut self.symbolizer, live, stop) {
+        for followed in self.files.values_mut() {
+            if !catch_up(&mut self.symbolizer, followed, stop) {
                 return false;
             }
         }
         let finished = &mut self.finished;
-        self.files.retain(|path, live| {
-            let done = live.is_finished();
+        self.files.retain(|path, followed| {
+            let done = followed.live.is_finished();
             if done {
                 finished.insert(path.clone());
             }
@@ -89,8 +91,17 @@ impl LookAhead {
     }
 }
 
-/// Symbolizes the stacks `live` published since the last look; `false` once `stop` is set.
-fn catch_up(symbolizer: &mut Symbolizer, live: &mut LiveProfile, stop: &AtomicBool) -> bool {
+/// A profile file followed, and what was learnt of its frame words.
+struct Followed {
+    live: LiveProfile,
+    /// What was found of each native frame word seen (stacks share most of theirs).
+    warmed: WordMap<u64, Warmed>,
+}
+
+/// Symbolizes the stacks `followed` published since the last look; `false` once `stop` is
+/// set.
+fn catch_up(symbolizer: &mut Symbolizer, followed: &mut Followed, stop: &AtomicBool) -> bool {
+    let Followed { live, warmed } = followed;
     loop {
         let stacks = live.new_stacks(STACKS_PER_READ);
         if stacks.is_empty() {
@@ -99,6 +110,7 @@ fn catch_up(symbolizer: &mut Symbolizer, live: &mut LiveProfile, stop: &AtomicBo
         let mut ahead = Ahead {
             symbolizer: &mut *symbolizer,
             modules: live.modules(),
+            warmed: &mut *warmed,
         };
         for words in &stacks {
             if stop.load(Ordering::Relaxed) {
@@ -115,24 +127,57 @@ fn catch_up(symbolizer: &mut Symbolizer, live: &mut LiveProfile, stop: &AtomicBo
 struct Ahead<'a> {
     symbolizer: &'a mut Symbolizer,
     modules: &'a [Module],
+    warmed: &'a mut WordMap<u64, Warmed>,
+}
+
+/// What the look-ahead found of a native frame word.
+#[derive(Clone, Copy)]
+struct Warmed {
+    holder: Holder,
+    /// Symbolized, and whether one of its frames is the program's `main`.
+    entry: Option<bool>,
 }
 
 impl Symbolize for Ahead<'_> {
     fn holder(&mut self, word: u64) -> Holder {
-        match python::decode(word) {
-            FrameWord::Native(address) => {
-                Holder::of(module_at(self.modules, address.wrapping_sub(1)))
-            }
-            _ => Holder::Other,
-        }
+        let FrameWord::Native(address) = python::decode(word) else {
+            return Holder::Other;
+        };
+        warmed(self.warmed, self.modules, word, address).map_or(Holder::Other, |w| w.holder)
     }
 
     fn symbolize(&mut self, word: u64, how: Lookup) -> bool {
         let (FrameWord::Native(address), Lookup::Return) = (python::decode(word), how) else {
             return false;
         };
+        let Some(known) = warmed(self.warmed, self.modules, word, address) else {
+            return false;
+        };
         let module = module_at(self.modules, address.wrapping_sub(1));
-        let frames = self.symbolizer.frames_ahead(module, address);
-        frames.iter().any(is_entry)
+        *known.entry.get_or_insert_with(|| {
+            let frames = self.symbolizer.frames_ahead(module, address);
+            frames.iter().any(is_entry)
+        })
+    }
+}
+
+/// What is known of native frame word `word` (return address `address`) of a process with
+/// `modules`; none while no module is known to hold it (its record may not be published
+/// yet: nothing is remembered of it until it is).
+fn warmed<'w>(
+    known: &'w mut WordMap<u64, Warmed>,
+    modules: &[Module],
+    word: u64,
+    address: u64,
+) -> Option<&'w mut Warmed> {
+    match known.entry(word) {
+        Entry::Occupied(found) => Some(found.into_mut()),
+        Entry::Vacant(new) => {
+            let module = module_at(modules, address.wrapping_sub(1))?;
+            Some(new.insert(Warmed {
+                holder: Holder::of(Some(module)),
+                entry: None,
+            }))
+        }
     }
 }
