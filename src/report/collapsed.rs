@@ -131,20 +131,27 @@ impl<'r> Collapsed<'r> {
     /// Writes the collapsed lines of `measure` (`root;…;leaf COUNT`, each ending with a
     /// newline).
     pub fn write(&self, measure: Measure, out: &mut impl Write) -> io::Result<()> {
+        // Each line is put together first, then written whole: a large profile's lines
+        // hold millions of labels, and a write per label was most of the time.
+        let mut line = Vec::new();
         for (ids, count) in self.counted(measure) {
-            self.write_line(ids, count, out)?;
+            line.clear();
+            self.push_line(ids, count, &mut line);
+            out.write_all(&line)?;
         }
         Ok(())
     }
 
-    fn write_line(&self, ids: &[u32], count: u64, out: &mut impl Write) -> io::Result<()> {
+    /// Appends the line of `ids` and `count`, newline included, to `text`.
+    fn push_line(&self, ids: &[u32], count: u64, text: &mut Vec<u8>) {
         for (i, &id) in ids.iter().enumerate() {
             if i > 0 {
-                out.write_all(b";")?;
+                text.push(b';');
             }
-            out.write_all(self.labels.text[id as usize].as_bytes())?;
+            text.extend_from_slice(self.labels.text[id as usize].as_bytes());
         }
-        writeln!(out, " {count}")
+        // Writing into a Vec cannot fail.
+        let _ = writeln!(text, " {count}");
     }
 
     /// The lines of `measure` for the flame graph: like [`Collapsed::write`]'s, but each
@@ -168,8 +175,7 @@ impl<'r> Collapsed<'r> {
             while let Some((_, more)) = lines.next_if(|(next, _)| *next == ids) {
                 count += more;
             }
-            // Writing into a Vec cannot fail.
-            let _ = self.write_line(ids, count, &mut out);
+            self.push_line(ids, count, &mut out);
         }
         String::from_utf8(out).unwrap_or_default()
     }
