@@ -21,7 +21,7 @@ use super::errors::{error_region, parse_errors, parse_guard_mode};
 use super::failures::{failure_region, parse_crash, parse_failures};
 use super::header::check_header;
 use super::leaks::{leak_region, parse_leaks};
-use super::plain::{read_plain, read_u64};
+use super::plain::read_plain;
 use super::python::{blob_region, check_python_frames, code_region, parse_codes};
 use super::{Module, Profile, Stack};
 use crate::{Error, Exit};
@@ -372,6 +372,13 @@ pub(super) fn parse_modules(bytes: &[u8], count: u64) -> Result<Vec<Module>, Pro
 
 /// The stacks that count: id 0 (reserved, always present once the table exists, its
 /// frames ignored) and every published record, with frames checked against the area.
+/// The bytes of frame words `words` in the frame region `frames`, if they lie inside it.
+fn word_bytes(frames: &[u8], words: std::ops::Range<u64>) -> Option<&[u8]> {
+    let start = usize::try_from(words.start.checked_mul(8)?).ok()?;
+    let end = usize::try_from(words.end.checked_mul(8)?).ok()?;
+    frames.get(start..end)
+}
+
 fn parse_stacks(bytes: &[u8], frames: &[u8], header: &Header) -> Result<Vec<Stack>, ProfileError> {
     let mut stacks = Vec::new();
     for (id, chunk) in (0u64..).zip(bytes.chunks_exact(size_of::<StackRecord>())) {
@@ -407,9 +414,13 @@ fn parse_stacks(bytes: &[u8], frames: &[u8], header: &Header) -> Result<Vec<Stac
             });
         }
         // Within `frame_words_used`, which was checked to lie inside `frames`.
-        let frames = (start..end)
-            .map(|word| read_u64(frames, (word * 8) as usize))
-            .collect::<Option<Vec<u64>>>()
+        let frames = word_bytes(frames, start..end)
+            .map(|bytes| {
+                let words = bytes.chunks_exact(8);
+                words
+                    .map(|w| w.try_into().map_or(0, u64::from_le_bytes))
+                    .collect()
+            })
             .ok_or(ProfileError::StackFrames {
                 id,
                 start,
