@@ -5,7 +5,9 @@
 //! words the last full unwinding read (with their values) and the stack id it produced. If
 //! every one of those words still holds its value, a new unwinding would produce exactly the
 //! same frames, so the id is reused with no unwinding, hashing or table lookup. Any change —
-//! another caller, another return address, another module snapshot — is a miss.
+//! another caller, another return address, another module snapshot — is a miss. Once a
+//! second walk has shown that the frames depend on the return addresses alone (`Proof`),
+//! the entry keeps only those: saved values of rbp may then change at will.
 
 /// Sets per thread, each of [`WAYS`] entries: a hot loop's dozen call sites then fit
 /// however their addresses fall. With two ways of 32 sets, three sites sharing a set (as
@@ -63,6 +65,8 @@ pub struct MemoRead {
 #[derive(Clone, Copy)]
 pub struct RecordedReads {
     reads: [MemoRead; MEMO_READS],
+    /// Bit i: read i fetched a return address (see [`RecordedReads::push_return`]).
+    returns: u32,
     len: usize,
     overflowed: bool,
 }
@@ -71,6 +75,7 @@ impl Default for RecordedReads {
     fn default() -> Self {
         RecordedReads {
             reads: [MemoRead::default(); MEMO_READS],
+            returns: 0,
             len: 0,
             overflowed: false,
         }
@@ -97,11 +102,37 @@ impl RecordedReads {
         self.len += 1;
     }
 
-    /// True if every word still holds its value.
-    #[inline]
-    fn all_hold(&self, read: &impl Fn(u64) -> Result<u64, ()>) -> bool {
-        self.iter().all(|word| read(word.address) == Ok(word.value))
+    /// [`RecordedReads::push`] for a read that fetched the return address of a frame: if
+    /// it changes, the stack is another one, which no proof can make this entry's.
+    pub fn push_return(&mut self, address: u64, value: Result<u64, ()>) {
+        if self.len < MEMO_READS {
+            self.returns |= 1 << self.len;
+        }
+        self.push(address, value);
     }
+
+    /// Which words no longer hold their value, if any: whether a return address is among
+    /// them.
+    #[inline]
+    fn changed(&self, read: &impl Fn(u64) -> Result<u64, ()>) -> Option<Changed> {
+        let mut changed = None;
+        for (i, word) in self.iter().enumerate() {
+            if read(word.address) != Ok(word.value) {
+                if self.returns & (1 << i) != 0 {
+                    return Some(Changed::ReturnAddress);
+                }
+                changed = Some(Changed::OtherWordsOnly);
+            }
+        }
+        changed
+    }
+}
+
+/// What changed among the words an entry depends on.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Changed {
+    ReturnAddress,
+    OtherWordsOnly,
 }
 
 /// What a second walk showed a stored walk independent of.
@@ -154,10 +185,10 @@ pub enum Lookup {
     /// An entry for the same frame exists but was stored for another bp: this frame's bp
     /// varies, so it is worth proving that the walk ignores it (see `store`).
     OnlyBpDiffers,
-    /// An entry for the same frame exists, but a word it read has changed, and no proof
-    /// was tried for it: worth proving which words the walk depends on (see `store`). In
-    /// code built without frame pointers most such words are saved values of rbp, an
-    /// ordinary register there, that change from call to call.
+    /// An entry for the same frame exists, but words it read other than return addresses
+    /// have changed, and no proof was tried for it: worth proving which words the walk
+    /// depends on (see `store`). In code built without frame pointers most such words are
+    /// saved values of rbp, an ordinary register there, that change from call to call.
     WordsChanged,
 }
 
@@ -202,11 +233,10 @@ impl StackMemo {
                 false => Lookup::Miss,
             };
         };
-        if !entry.reads.all_hold(read) {
-            return match entry.tried {
-                true => Lookup::Miss,
-                false => Lookup::WordsChanged,
-            };
+        match entry.reads.changed(read) {
+            None => {}
+            Some(Changed::OtherWordsOnly) if !entry.tried => return Lookup::WordsChanged,
+            Some(_) => return Lookup::Miss,
         }
         entry.used_at = now;
         Lookup::Hit(entry.stack)
@@ -280,6 +310,34 @@ mod tests {
             ..key()
         };
         assert_eq!(memo.lookup(&other, &same), Lookup::Miss);
+    }
+
+    #[test]
+    fn a_changed_return_address_is_another_stack_not_worth_a_proof() {
+        let mut memo = StackMemo::boxed();
+        let mut reads = RecordedReads::default();
+        reads.push_return(0x7ff0_0008, Ok(0x401234));
+        reads.push(0x7ff0_0100, Ok(0x55));
+        memo.store(key(), &reads, 7, Proof::Untried);
+        let saved_word_changed = |address: u64| {
+            Ok(if address == 0x7ff0_0008 {
+                0x401234
+            } else {
+                0x66
+            })
+        };
+        assert_eq!(
+            memo.lookup(&key(), &saved_word_changed),
+            Lookup::WordsChanged
+        );
+        let both_changed = |address: u64| {
+            Ok(if address == 0x7ff0_0008 {
+                0x401300
+            } else {
+                0x66
+            })
+        };
+        assert_eq!(memo.lookup(&key(), &both_changed), Lookup::Miss);
     }
 
     /// `count` keys that fall in the set of `key()`.

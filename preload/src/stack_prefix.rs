@@ -214,7 +214,11 @@ impl Walk {
                 .iter()
                 .filter(|read| keep(level, read))
             {
-                reads.push(read.address, if read.ok { Ok(read.value) } else { Err(()) });
+                let value = if read.ok { Ok(read.value) } else { Err(()) };
+                match self.is_return(level, read) {
+                    true => reads.push_return(read.address, value),
+                    false => reads.push(read.address, value),
+                }
             }
         }
         (!reads.overflowed()).then_some(reads)
@@ -233,8 +237,13 @@ impl Walk {
     /// the word the next level's address came from (just below its stack pointer, the
     /// canonical frame address), or any read past the last level.
     fn keeps(&self, level: usize, read: &StackRead) -> bool {
+        level + 1 >= self.count || self.is_return(level, read)
+    }
+
+    /// Whether `read`, made past level `level`, fetched the next level's address.
+    fn is_return(&self, level: usize, read: &StackRead) -> bool {
         let Some(next) = self.levels[..self.count].get(level + 1) else {
-            return true;
+            return false;
         };
         read.ok && read.address == next.sp.wrapping_sub(8) && read.value == next.ip
     }
