@@ -4,8 +4,9 @@ docs/benchmarks.md. Not a test: figures depend on the machine and its load.
 
 For each workload (bench/churn.c, bench/threads.c, the sqlite3 shell on a generated
 script) it runs bare, under `memwarden run` and under `heaptrack`, interleaved, N times
-each, and takes medians of:
-- wall time, as a ratio to the bare run of the same benchmark run, for the whole command
+each (a round runs every tool on a workload back to back), and takes medians of:
+- wall time, as a ratio to the bare run of the same round (the median of the per-round
+  ratios: the machine's slow phases then hit both sides of a ratio alike), for the whole command
   and for the target process alone (from its start to its exit, measured inside it);
 - peak RSS of the target process itself (VmHWM, reported at exit by a tiny preloaded
   library, bench/hwm.c, so it is the target's and not the profiler's CLI or helper), and

@@ -1,5 +1,5 @@
-"""The benchmark markdown (docs/benchmarks.md): medians of the samples bench.py took, as
-ratios to the bare runs, with the targets and the peers beside them."""
+"""The benchmark markdown (docs/benchmarks.md): the samples bench.py took, as medians of
+per-round ratios to the bare runs, with the targets and the peers beside them."""
 
 import datetime
 import os
@@ -30,6 +30,19 @@ from bench_config import (
 
 def median(values):
     return statistics.median(values) if values else None
+
+
+def paired_ratio(runs, base_runs, attr):
+    """The median over rounds of `attr` in each of `runs` divided by the same round's
+    `base_runs` (the two were taken seconds apart, interleaved). This machine has slow
+    phases lasting seconds to minutes; a ratio of two medians taken over all rounds mixes
+    runs from different phases, a ratio within a round does not."""
+    ratios = [
+        getattr(run, attr) / getattr(base, attr)
+        for run, base in zip(runs, base_runs)
+        if getattr(run, attr) is not None and getattr(base, attr)
+    ]
+    return median(ratios)
 
 
 def machine() -> str:
@@ -81,8 +94,8 @@ def guard_lines(workloads, samples) -> tuple[list, list]:
         return median([getattr(s, attr) for s in samples.get(name, {}).get(tool, [])])
 
     def over_plain(name, tool, attr):
-        value, base = med(name, tool, attr), med(name, "memwarden", attr)
-        return None if value is None or not base else value / base
+        runs = samples.get(name, {})
+        return paired_ratio(runs.get(tool, []), runs.get("memwarden", []), attr)
 
     churn = next(w for w in workloads if w.name == "churn")
     modes = [(tool, "churn", " ".join(GUARD_OPTIONS[tool])) for tool in churn.tools if tool in GUARD_OPTIONS]
@@ -129,17 +142,17 @@ def native_markdown(all_workloads, samples, runs: int) -> str:
         return median([getattr(s, attr) for s in samples[w.name][tool]])
 
     def ratio(w, tool, attr):
-        base = med(w, "bare", attr)
-        value = med(w, tool, attr)
-        return None if not base or value is None else value / base
+        return paired_ratio(samples[w.name][tool], samples[w.name]["bare"], attr)
 
     today = datetime.date.today().isoformat()
     lines = [
         "# Benchmarks",
         "",
         f"Measured {today} by `scripts/bench.sh` ({runs} run{'s' if runs > 1 else ''} of each tool on each "
-        "workload, interleaved; medians). These are measurements, not tests: the machine is shared "
-        "and noisy, so compare only ratios taken side by side in one run. The Python workloads, beside Fil and "
+        "workload, interleaved; each ratio is the median over rounds of the ratio within a round, "
+        "where the runs compared were taken seconds apart; times and sizes are medians). These are "
+        "measurements, not tests: the machine is shared and noisy (the same bare run varies by up to "
+        "twice between rounds), so compare only ratios taken side by side in one run. The Python workloads, beside Fil and "
         "Memray, are in [Python](#python) below (`scripts/bench.sh --only native|python` runs one group and "
         "keeps the other's figures).",
         "",
@@ -237,13 +250,13 @@ def native_markdown(all_workloads, samples, runs: int) -> str:
     lines.append(f"| churn profile < 1 MiB | {fmt_bytes(size)} | {met} |")
     fail_ratio, fail_section = None, []
     if samples["churn"].get(FAIL_TOOL):
-        fail_ratio = med(churn, FAIL_TOOL, "wall") / med(churn, "memwarden", "wall")
+        fail_ratio = paired_ratio(samples["churn"][FAIL_TOOL], samples["churn"]["memwarden"], "wall")
         met = "yes" if fail_ratio <= FAIL_OVERHEAD_TARGET else "**no**"
         lines.append(
             f"| churn with `--fail` configured, not firing ≤ {FAIL_OVERHEAD_TARGET}× plain memwarden "
             f"| {fmt_ratio(fail_ratio)} | {met} |"
         )
-        target_ratio = med(churn, FAIL_TOOL, "target_wall") / med(churn, "memwarden", "target_wall")
+        target_ratio = paired_ratio(samples["churn"][FAIL_TOOL], samples["churn"]["memwarden"], "target_wall")
         fail_section = [
             "",
             "## Fault injection configured, not firing (churn)",
@@ -276,8 +289,7 @@ def python_markdown(workloads, samples, runs: int, versions: dict, notes: list, 
         return median(values)
 
     def ratio(w, tool, attr):
-        base, value = med(w, "bare", attr), med(w, tool, attr)
-        return None if not base or value is None else value / base
+        return paired_ratio(samples[w.name].get(tool, []), samples[w.name].get("bare", []), attr)
 
     def cell(w, tool, attr):
         if (w.name, tool) in failures:
@@ -322,7 +334,8 @@ def python_markdown(workloads, samples, runs: int, versions: dict, notes: list, 
         "## Python",
         "",
         f"Measured {today} by `scripts/bench.sh` ({runs} run{'s' if runs > 1 else ''} of each tool on each "
-        f"workload, interleaved; medians){short}. As above, compare only ratios taken side by side in one run."
+        f"workload, interleaved; ratios are medians of per-round ratios, as above){short}. As above, "
+        "compare only ratios taken side by side in one run."
         + (
             " With so few runs, these figures show that the script works rather than measure anything."
             if runs < 3
