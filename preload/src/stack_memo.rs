@@ -207,8 +207,8 @@ impl Entry {
 }
 
 impl StackMemo {
-    /// An empty memo, made directly on the heap (it is tens of KiB: too big for small
-    /// thread stacks).
+    /// An empty memo, made directly on the heap (about 150 KiB: far too big for a
+    /// thread's stack).
     pub fn boxed() -> Box<StackMemo> {
         let memo = Box::<StackMemo>::new_zeroed();
         // SAFETY: all-zero bytes are a valid StackMemo: every entry unused, integers zero,
