@@ -153,8 +153,8 @@ impl Symbolize for Ahead<'_> {
         let Some(known) = warmed(self.warmed, self.modules, word, address) else {
             return false;
         };
-        let module = module_at(self.modules, address.wrapping_sub(1));
         *known.entry.get_or_insert_with(|| {
+            let module = module_at(self.modules, address.wrapping_sub(1));
             let frames = self.symbolizer.frames_ahead(module, address);
             frames.iter().any(is_entry)
         })
