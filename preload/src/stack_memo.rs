@@ -282,6 +282,11 @@ mod tests {
         }
     }
 
+    /// Stack memory where the word at 0x7ff0_0008 holds `first` and every other `rest`.
+    fn memory(first: u64, rest: u64) -> impl Fn(u64) -> Result<u64, ()> {
+        move |address| Ok(if address == 0x7ff0_0008 { first } else { rest })
+    }
+
     #[test]
     fn hit_only_while_every_read_word_is_unchanged() {
         let mut memo = StackMemo::boxed();
@@ -289,16 +294,10 @@ mod tests {
         reads.push(0x7ff0_0008, Ok(0x401234));
         reads.push(0x7ff0_0100, Ok(0x55));
         memo.store(key(), &reads, 7, Proof::Untried);
-        let same = |address: u64| {
-            Ok(if address == 0x7ff0_0008 {
-                0x401234
-            } else {
-                0x55
-            })
-        };
+        let same = memory(0x401234, 0x55);
         assert_eq!(memo.lookup(&key(), &same), Lookup::Hit(7));
         // A changed word is worth a proof once; after one was tried, it is a plain miss.
-        let changed = |address: u64| Ok(if address == 0x7ff0_0008 { 0x999 } else { 0x55 });
+        let changed = memory(0x999, 0x55);
         assert_eq!(memo.lookup(&key(), &changed), Lookup::WordsChanged);
         let unreadable = |_address: u64| Err(());
         assert_eq!(memo.lookup(&key(), &unreadable), Lookup::WordsChanged);
@@ -319,25 +318,12 @@ mod tests {
         reads.push_return(0x7ff0_0008, Ok(0x401234));
         reads.push(0x7ff0_0100, Ok(0x55));
         memo.store(key(), &reads, 7, Proof::Untried);
-        let saved_word_changed = |address: u64| {
-            Ok(if address == 0x7ff0_0008 {
-                0x401234
-            } else {
-                0x66
-            })
-        };
+        let saved_word_changed = memory(0x401234, 0x66);
         assert_eq!(
             memo.lookup(&key(), &saved_word_changed),
             Lookup::WordsChanged
         );
-        let both_changed = |address: u64| {
-            Ok(if address == 0x7ff0_0008 {
-                0x401300
-            } else {
-                0x66
-            })
-        };
-        assert_eq!(memo.lookup(&key(), &both_changed), Lookup::Miss);
+        assert_eq!(memo.lookup(&key(), &memory(0x401300, 0x66)), Lookup::Miss);
     }
 
     /// `count` keys that fall in the set of `key()`.
