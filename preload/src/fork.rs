@@ -256,6 +256,7 @@ fn adopt_own_file(recorder: &Recorder, stacks: u64) -> Result<(), i32> {
         unsafe { libc::close(fd) };
         return Err(errno);
     }
+    profile_file::no_read_ahead(mapped, layout.file_size);
     file.adopt(fd);
     // SAFETY: the parent's descriptor, inherited by fork; the child no longer uses it.
     unsafe { libc::close(parent_fd) };

@@ -104,6 +104,18 @@ pub fn create_file(dir: &[u8], identity: &Identity, layout: &Layout) -> Result<i
     Ok(fd)
 }
 
+/// Tells the kernel not to read ahead around the pages of the profile mapping at `base`.
+/// The file is sparse and written at scattered places (header, stack records, frames, code
+/// records), and each first touch of a page otherwise reads ahead a large window of zeros
+/// into the page cache: that was over half of a short Python process's start-up under the
+/// preload (`python -c pass`: 28–33 ms with read-ahead, 16–17 ms without, 11 ms bare).
+/// Advice only: if refused, the mapping works as before.
+pub fn no_read_ahead(base: *mut libc::c_void, size: u64) {
+    // SAFETY: `base` and `size` are a mapping this process made; MADV_RANDOM only changes
+    // how its faults are served, never its contents.
+    unsafe { libc::madvise(base, size as usize, libc::MADV_RANDOM) };
+}
+
 pub fn last_errno() -> i32 {
     // SAFETY: __errno_location always returns the calling thread's errno slot.
     unsafe { *libc::__errno_location() }
@@ -128,6 +140,7 @@ impl ProfileFile {
         if base == libc::MAP_FAILED {
             return Err(last_errno());
         }
+        no_read_ahead(base, layout.file_size);
         let chunks = layout.file_size.div_ceil(CHUNK).div_ceil(64) as usize;
         let file = ProfileFile {
             base: base.cast(),
