@@ -12,6 +12,7 @@ use std::process::Command;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use memwarden::profile::OutputDir;
+use memwarden::report::Generated;
 use memwarden::run_record::{RunRecord, RUN_RECORD_FILE};
 use memwarden::symbolize::Symbolizer;
 use memwarden::Exit;
@@ -109,7 +110,7 @@ pub fn run(args: &RunArgs, colour: bool) -> Result<i32, String> {
     reap_all(root, &mut record.exits);
     restore_signals(previous);
     // Stopped before the profiles are compacted: it reads them.
-    let symbolizer = look_ahead.map(LookAhead::finish).unwrap_or_default();
+    let mut symbolizer = look_ahead.map(LookAhead::finish).unwrap_or_default();
 
     record.complete = true;
     if let Err(e) = record.write(&record_path) {
@@ -122,20 +123,23 @@ pub fn run(args: &RunArgs, colour: bool) -> Result<i32, String> {
     let gate_check = args.leak.check;
     // Once loaded, the report no longer reads the profiles: they are compacted meanwhile.
     let loaded = memwarden::profile::load_dir(&out_dir);
-    let report = std::thread::scope(|scope| {
+    let rendered = std::thread::scope(|scope| {
         scope.spawn(|| compact_profiles(&out_dir));
-        let inputs = ReportInputs {
+        let options = memwarden::report::Options {
             top: args.top,
             colour,
             leak_gate: gate,
-            symbolizer,
         };
-        render_report(&out_dir, loaded, inputs)
+        render_report(&out_dir, &loaded, &mut symbolizer, &options)
     });
-    let found = report.unwrap_or_else(|| Found {
-        heap_errors: any_heap_error(&out_dir),
-        leaks_fail: false,
-    });
+    let found = match &rendered {
+        Some((found, _)) => *found,
+        None => Found {
+            heap_errors: any_heap_error(&out_dir),
+            leaks_fail: false,
+        },
+    };
+    leave_to_exit((loaded, symbolizer, rendered));
     Ok(match args.guard.error_exitcode {
         Some(code) if found.heap_errors || (gate_check && found.leaks_fail) => i32::from(code),
         _ => status,
@@ -158,43 +162,47 @@ fn say(line: &str) {
     let _ = writeln!(std::io::stderr(), "{line}");
 }
 
+/// Nothing is left to do with `value` but free it, and the process is about to exit:
+/// the kernel takes its memory back at once, where freeing it would walk every allocation
+/// and unmap each debug file. On the imports workload that was 45 ms after the report was
+/// written (the symbolizer's debug information 20 ms, the loaded profile and the report
+/// 12 ms each); on the NumPy one, 15 ms.
+fn leave_to_exit<T>(value: T) {
+    std::mem::forget(value);
+}
+
 /// What the report found that can decide the exit status.
+#[derive(Clone, Copy)]
 struct Found {
     heap_errors: bool,
     leaks_fail: bool,
 }
 
-/// What the report is rendered with, besides the output folder.
-struct ReportInputs {
-    top: usize,
-    colour: bool,
-    leak_gate: memwarden::report::leak_gate::LeakGate,
-    /// The look-ahead's symbolizer.
-    symbolizer: Symbolizer,
-}
-
-/// Prints the summary; returns whether any process of the run recorded a heap error and
-/// whether the leak gate fails the run, or `None` when there is no report.
+/// Prints the summary of the report on the profiles `loaded` from `out_dir`, symbolized
+/// with `symbolizer` (the look-ahead's); returns whether any process of the run recorded a
+/// heap error and whether the leak gate fails the run, with the report, or `None` when
+/// there is no report.
 fn render_report(
     out_dir: &Path,
-    loaded: Result<OutputDir, memwarden::Error>,
-    inputs: ReportInputs,
-) -> Option<Found> {
-    let options = memwarden::report::Options {
-        top: inputs.top,
-        colour: inputs.colour,
-        leak_gate: inputs.leak_gate,
-    };
-    let generated = loaded.and_then(|loaded| {
-        memwarden::report::generate_loaded(out_dir, loaded, &options, inputs.symbolizer)
-    });
+    loaded: &Result<OutputDir, memwarden::Error>,
+    symbolizer: &mut Symbolizer,
+    options: &memwarden::report::Options,
+) -> Option<(Found, Generated)> {
+    let generated = loaded
+        .as_ref()
+        .map_err(|e| e.to_string())
+        .and_then(|loaded| {
+            memwarden::report::generate_loaded(out_dir, loaded, options, symbolizer)
+                .map_err(|e| e.to_string())
+        });
     match generated {
         Ok(done) => {
             let _ = std::io::stderr().write_all(done.summary.as_bytes());
-            Some(Found {
+            let found = Found {
                 heap_errors: done.report.processes.iter().any(|p| p.error_count > 0),
                 leaks_fail: options.leak_gate.verdict(&done.report).fails,
-            })
+            };
+            Some((found, done))
         }
         Err(e) => {
             say(&format!("memwarden: error: no report: {e}"));

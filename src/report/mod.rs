@@ -72,17 +72,18 @@ pub struct Generated {
 /// Loads `dir`, analyses and symbolizes its profiles, writes every report file into it,
 /// and returns the summary.
 pub fn generate(dir: &Path, options: &Options) -> Result<Generated, Error> {
-    generate_loaded(dir, load_dir(dir)?, options, Symbolizer::new())
+    generate_loaded(dir, &load_dir(dir)?, options, &mut Symbolizer::new())
 }
 
 /// [`generate`], for the output folder `dir` loaded already (its profile files are not
 /// read again), with a symbolizer that may have symbols loaded already
-/// ([`warm::symbolize_ahead`]).
+/// ([`warm::symbolize_ahead`]). Both stay the caller's: a caller about to exit may leave
+/// them to the kernel rather than free them (see `memwarden run`).
 pub fn generate_loaded(
     dir: &Path,
-    loaded: OutputDir,
+    loaded: &OutputDir,
     options: &Options,
-    mut symbolizer: Symbolizer,
+    symbolizer: &mut Symbolizer,
 ) -> Result<Generated, Error> {
     let reaped = loaded
         .run
@@ -97,7 +98,7 @@ pub fn generate_loaded(
             .map(|p| p.profile.argv.clone())
             .unwrap_or_default(),
     };
-    let mut report = json::build(command, &processes, &mut symbolizer);
+    let mut report = json::build(command, &processes, symbolizer);
     options.leak_gate.mark_suppressed(&mut report);
     let files = write_files(dir, &report)?;
 
