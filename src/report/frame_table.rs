@@ -58,8 +58,16 @@ impl Hasher for WordHasher {
         self.0
     }
 
+    /// Eight bytes at a time: a slice of words (a `Vec<u64>` key) reaches the hasher as
+    /// its bytes, and one round per byte made hashing most of the call-site keys' time.
     fn write(&mut self, bytes: &[u8]) {
-        for &byte in bytes {
+        let mut words = bytes.chunks_exact(8);
+        for word in &mut words {
+            let mut eight = [0u8; 8];
+            eight.copy_from_slice(word);
+            self.write_u64(u64::from_le_bytes(eight));
+        }
+        for &byte in words.remainder() {
             self.write_u64(u64::from(byte));
         }
     }
@@ -71,6 +79,15 @@ impl Hasher for WordHasher {
 
 pub(crate) type WordMap<K, V> = HashMap<K, V, BuildHasherDefault<WordHasher>>;
 
+/// What a process's frame table knows of one frame word.
+#[derive(Default)]
+struct Known {
+    /// What holds its code, once asked.
+    holder: Option<Holder>,
+    /// The pool range of its frames as a return address, once looked up.
+    returned: Option<Range<u32>>,
+}
+
 /// The frames of one process: those symbolized (the pool) and those shown (the table).
 pub(crate) struct FrameTable<'a> {
     profile: &'a Profile,
@@ -79,10 +96,12 @@ pub(crate) struct FrameTable<'a> {
     pool: Vec<Frame>,
     /// The flags of each pool frame ([`frame_flags`]).
     flags: Vec<u8>,
-    /// The pool range of each word looked up.
-    ranges: WordMap<(u64, Lookup), Range<u32>>,
-    /// What holds each native word's code.
-    holders: WordMap<u64, Holder>,
+    /// What is known of each word looked up as a return address or asked the holder of:
+    /// one map, so a stack's word costs one probe of it (and a second into the same
+    /// cache line), not probes of two maps.
+    words: WordMap<u64, Known>,
+    /// The pool range of each word looked up as an instruction (a crash's first frame).
+    instructions: WordMap<u64, Range<u32>>,
     /// The table index of each pool frame, or [`NOT_SHOWN`].
     shown: Vec<u32>,
     /// The table: the frames shown, each once.
@@ -99,8 +118,8 @@ impl<'a> FrameTable<'a> {
             symbolizer,
             pool: Vec::new(),
             flags: Vec::new(),
-            ranges: WordMap::default(),
-            holders: WordMap::default(),
+            words: WordMap::default(),
+            instructions: WordMap::default(),
             shown: Vec::new(),
             table: Vec::new(),
             unknown: None,
@@ -115,8 +134,12 @@ impl<'a> FrameTable<'a> {
     /// The pool indices of `word`'s frames, innermost first (none for a marker word),
     /// symbolizing it the first time it is asked for.
     pub(crate) fn lookup(&mut self, word: u64, how: Lookup) -> Range<u32> {
-        if let Some(range) = self.ranges.get(&(word, how)) {
-            return range.clone();
+        let known = match how {
+            Lookup::Return => self.words.get(&word).and_then(|k| k.returned.clone()),
+            Lookup::Instruction => self.instructions.get(&word).cloned(),
+        };
+        if let Some(range) = known {
+            return range;
         }
         let profile = self.profile;
         let frames = match python::decode(word) {
@@ -139,7 +162,12 @@ impl<'a> FrameTable<'a> {
         self.flags.extend(frames.iter().map(frame_flags));
         self.pool.extend(frames);
         let range = start..self.pool.len() as u32;
-        self.ranges.insert((word, how), range.clone());
+        match how {
+            Lookup::Return => self.words.entry(word).or_default().returned = Some(range.clone()),
+            Lookup::Instruction => {
+                self.instructions.insert(word, range.clone());
+            }
+        }
         range
     }
 
@@ -151,10 +179,10 @@ impl<'a> FrameTable<'a> {
     /// What holds the code of frame `word`, without symbolizing it.
     pub(crate) fn holder(&mut self, word: u64) -> Holder {
         let profile = self.profile;
-        *self
-            .holders
-            .entry(word)
-            .or_insert_with(|| Holder::of(module_of_word(profile, word)))
+        let known = self.words.entry(word).or_default();
+        *known
+            .holder
+            .get_or_insert_with(|| Holder::of(module_of_word(profile, word)))
     }
 
     /// The table indices of the pool frames `pool` (in order), entering those not yet in
@@ -221,6 +249,20 @@ mod tests {
             })
             .stack(&[python_frame(0, 3, true)], stack_record())
             .build_profile()
+    }
+
+    #[test]
+    fn a_slice_of_words_hashes_a_word_at_a_time() {
+        let words = [1u64, 0xdead_beef, 3];
+        let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+        let mut by_bytes = WordHasher::default();
+        by_bytes.write(&bytes);
+        let mut by_words = WordHasher::default();
+        words.iter().for_each(|&w| by_words.write_u64(w));
+        assert_eq!(by_bytes.finish(), by_words.finish());
+        let mut odd = WordHasher::default();
+        odd.write(&bytes[..9]);
+        assert_ne!(odd.finish(), by_words.finish());
     }
 
     #[test]
