@@ -31,6 +31,8 @@ const UNKNOWN_STATUS: i32 = 1;
 
 /// Runs the command. `Err` is a refusal before the target started (one line); once it
 /// has started the result is the target's own exit status, whatever happens to the report.
+/// Meant to be called once, by `main` just before it exits: the report's memory is left to
+/// the exit ([`leave_to_exit`]).
 pub fn run(args: &RunArgs, colour: bool) -> Result<i32, String> {
     let program = target_check::resolve(&args.command[0])?;
     target_check::check(&program)?;

@@ -54,7 +54,7 @@ fn failures_and_the_crash_round_trip() {
         })
     );
     assert_eq!(
-        p.stack(1).map(|s| s.frames.clone()),
+        p.stack(1).map(|s| s.frames.to_vec()),
         Some(vec![0x1000, 0x2000])
     );
     assert!(p.stack(2).is_none());

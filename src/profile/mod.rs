@@ -5,6 +5,7 @@ mod compact;
 mod dir;
 mod errors;
 mod failures;
+mod frame_words;
 mod header;
 mod leaks;
 mod live;
@@ -23,6 +24,7 @@ use crate::Exit;
 pub use compact::compact_profile_file;
 pub use dir::{load_dir, profile_paths, OutputDir};
 pub use errors::guard_mode_name;
+pub use frame_words::FrameWords;
 pub use leaks::{leak_view_name, LeakCheck};
 pub use live::LiveProfile;
 pub use python::{python_version_text, PythonCode};
@@ -191,7 +193,7 @@ pub struct Stack {
     pub id: u32,
     /// Frame words, innermost first: return addresses, Python frames and markers
     /// (`memwarden_abi::python::decode` tells them apart).
-    pub frames: Vec<u64>,
+    pub frames: FrameWords,
     /// The record as written, for the figures (`memwarden_abi::at_peak` reads it).
     pub record: StackRecord,
 }

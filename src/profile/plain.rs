@@ -42,6 +42,14 @@ pub(crate) fn read_plain<T: Plain>(bytes: &[u8], offset: usize) -> Option<T> {
     Some(unsafe { source.as_ptr().cast::<T>().read_unaligned() })
 }
 
+/// The bytes of `words`, to read a file's little-endian words into them in place.
+pub(crate) fn words_as_bytes_mut(words: &mut [u64]) -> &mut [u8] {
+    // SAFETY: the bytes are exactly those of `words` (its length times 8, from its own
+    // pointer), borrowed mutably for as long as `words` is; `u8` has no alignment
+    // requirement, and any bytes written make valid `u64`s.
+    unsafe { std::slice::from_raw_parts_mut(words.as_mut_ptr().cast::<u8>(), words.len() * 8) }
+}
+
 /// Reads the little-endian `u64` at `offset`; `None` if it does not fit.
 pub(crate) fn read_u64(bytes: &[u8], offset: usize) -> Option<u64> {
     let end = offset.checked_add(8)?;

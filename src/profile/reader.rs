@@ -11,6 +11,7 @@ use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
+use std::sync::Arc;
 
 use memwarden_abi::{
     exit_kind, Header, ModuleRecord, StackRecord, BUILD_ID_CAPACITY, CRASH_DEPTH, FORMAT_VERSION,
@@ -19,11 +20,12 @@ use memwarden_abi::{
 
 use super::errors::{error_region, parse_errors, parse_guard_mode};
 use super::failures::{failure_region, parse_crash, parse_failures};
+use super::frame_words::read_frame_area;
 use super::header::check_header;
 use super::leaks::{leak_region, parse_leaks};
 use super::plain::read_plain;
 use super::python::{blob_region, check_python_frames, code_region, parse_codes};
-use super::{Module, Profile, Stack};
+use super::{FrameWords, Module, Profile, Stack};
 use crate::{Error, Exit};
 
 /// What is wrong with a profile file.
@@ -242,11 +244,7 @@ pub fn read_profile<S: Source + ?Sized>(source: &S) -> Result<Profile, ProfileEr
         l.module_offset(header.module_count),
     )?;
     let stacks = read_region(source, l.stacks_offset, l.stack_offset(header.stack_count))?;
-    let frames = read_region(
-        source,
-        l.frames_offset,
-        l.frame_offset(header.frame_words_used),
-    )?;
+    let frames = read_frame_area(source, l.frames_offset, header.frame_words_used)?;
     let (failures_start, failures_end) = failure_region(&header);
     let failures = read_region(source, failures_start, failures_end)?;
     let (errors_start, errors_end) = error_region(&header);
@@ -372,15 +370,12 @@ pub(super) fn parse_modules(bytes: &[u8], count: u64) -> Result<Vec<Module>, Pro
 
 /// The stacks that count: id 0 (reserved, always present once the table exists, its
 /// frames ignored) and every published record, with frames checked against the area.
-/// The bytes of frame words `words` in the frame region `frames`, if they lie inside it.
-fn word_bytes(frames: &[u8], words: std::ops::Range<u64>) -> Option<&[u8]> {
-    let start = usize::try_from(words.start.checked_mul(8)?).ok()?;
-    let end = usize::try_from(words.end.checked_mul(8)?).ok()?;
-    frames.get(start..end)
-}
-
-fn parse_stacks(bytes: &[u8], frames: &[u8], header: &Header) -> Result<Vec<Stack>, ProfileError> {
-    let mut stacks = Vec::new();
+fn parse_stacks(
+    bytes: &[u8],
+    frames: &Arc<Vec<u64>>,
+    header: &Header,
+) -> Result<Vec<Stack>, ProfileError> {
+    let mut stacks = Vec::with_capacity(bytes.len() / size_of::<StackRecord>());
     for (id, chunk) in (0u64..).zip(bytes.chunks_exact(size_of::<StackRecord>())) {
         let Some(record) = read_plain::<StackRecord>(chunk, 0) else {
             break;
@@ -388,7 +383,7 @@ fn parse_stacks(bytes: &[u8], frames: &[u8], header: &Header) -> Result<Vec<Stac
         if id == u64::from(UNKNOWN_STACK_ID) {
             stacks.push(Stack {
                 id: UNKNOWN_STACK_ID,
-                frames: Vec::new(),
+                frames: FrameWords::default(),
                 record,
             });
             continue;
@@ -413,14 +408,10 @@ fn parse_stacks(bytes: &[u8], frames: &[u8], header: &Header) -> Result<Vec<Stac
                 used: header.frame_words_used,
             });
         }
-        // Within `frame_words_used`, which was checked to lie inside `frames`.
-        let frames = word_bytes(frames, start..end)
-            .map(|bytes| {
-                let words = bytes.chunks_exact(8);
-                words
-                    .map(|w| w.try_into().map_or(0, u64::from_le_bytes))
-                    .collect()
-            })
+        // Within `frame_words_used`, the length of `frames`.
+        let words = usize::try_from(start).ok().zip(usize::try_from(end).ok());
+        let frames = words
+            .and_then(|(start, end)| FrameWords::of(frames, start..end))
             .ok_or(ProfileError::StackFrames {
                 id,
                 start,

@@ -98,7 +98,7 @@ fn a_synthetic_profile_round_trips() {
         .map(|s| {
             (
                 s.id,
-                s.frames.clone(),
+                s.frames.to_vec(),
                 s.record.live_bytes,
                 s.record.allocations,
             )
