@@ -1,6 +1,9 @@
 //! Analysis, Python part: which module is the Python interpreter, what kind of memory each
 //! stack holds (NumPy array data, interpreter objects, or other native memory), and a
-//! process's NumPy array figures. Pure functions of a profile, like the rest of analysis.
+//! process's NumPy array figures. Functions of a profile alone, like the rest of analysis
+//! (a stack's category is worked out with what is known of its words memoized).
+
+use std::collections::HashMap;
 
 use memwarden_abi::python::{self, category, FrameWord, NUMPY_DATA};
 use serde::{Deserialize, Serialize};
@@ -63,22 +66,69 @@ pub fn module_of_word(profile: &Profile, word: u64) -> Option<&Module> {
     }
 }
 
-/// The category of `stack`: `numpy` when the preload tagged it (the record's category or
-/// the `NUMPY_DATA` marker as frame 0); `python` when its innermost native frame outside
-/// the profiler is in the interpreter; `native` otherwise.
-pub fn stack_category(profile: &Profile, stack: &Stack) -> Category {
-    if stack.record.category == category::NUMPY || stack.frames.first() == Some(&NUMPY_DATA) {
-        return Category::Numpy;
+/// What holds a frame word's code, as far as a stack's category and the frames a report
+/// leaves out go.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Holder {
+    /// The profiler's own library.
+    Profiler,
+    /// The Python interpreter.
+    Interpreter,
+    /// Anything else, a Python frame or a marker.
+    Other,
+}
+
+impl Holder {
+    /// What `module` (the module of a native word, if any) is.
+    pub(crate) fn of(module: Option<&Module>) -> Holder {
+        match module {
+            Some(module) if is_profiler(module) => Holder::Profiler,
+            Some(module) if is_interpreter(module) => Holder::Interpreter,
+            _ => Holder::Other,
+        }
     }
-    let innermost_native = stack
-        .frames
-        .iter()
-        .filter(|&&word| matches!(python::decode(word), FrameWord::Native(_)))
-        .map(|&word| module_of_word(profile, word))
-        .find(|module| !module.is_some_and(is_profiler));
-    match innermost_native {
-        Some(Some(module)) if is_interpreter(module) => Category::Python,
-        _ => Category::Native,
+}
+
+/// The categories of one profile's stacks. The module of each native word is found and
+/// classified once, not once per stack: stacks share their innermost words, and finding a
+/// word's module scans the modules loaded below it.
+pub struct Categories<'p> {
+    profile: &'p Profile,
+    holders: HashMap<u64, Holder>,
+}
+
+impl<'p> Categories<'p> {
+    /// Nothing classified yet, for the stacks of `profile`.
+    pub fn new(profile: &'p Profile) -> Self {
+        Categories {
+            profile,
+            holders: HashMap::new(),
+        }
+    }
+
+    /// The category of `stack`: `numpy` when the preload tagged it (the record's category
+    /// or the `NUMPY_DATA` marker as frame 0); `python` when its innermost native frame
+    /// outside the profiler is in the interpreter; `native` otherwise.
+    pub fn of(&mut self, stack: &Stack) -> Category {
+        if stack.record.category == category::NUMPY || stack.frames.first() == Some(&NUMPY_DATA) {
+            return Category::Numpy;
+        }
+        let profile = self.profile;
+        let innermost = stack
+            .frames
+            .iter()
+            .filter(|&&word| matches!(python::decode(word), FrameWord::Native(_)))
+            .map(|&word| {
+                *self
+                    .holders
+                    .entry(word)
+                    .or_insert_with(|| Holder::of(module_of_word(profile, word)))
+            })
+            .find(|holder| !matches!(holder, Holder::Profiler));
+        match innermost {
+            Some(Holder::Interpreter) => Category::Python,
+            _ => Category::Native,
+        }
     }
 }
 
@@ -121,9 +171,10 @@ mod tests {
     }
 
     fn categories(profile: &Profile) -> Vec<Category> {
+        let mut categories = Categories::new(profile);
         profile.stacks[1..]
             .iter()
-            .map(|s| stack_category(profile, s))
+            .map(|s| categories.of(s))
             .collect()
     }
 

@@ -11,8 +11,8 @@ use memwarden_abi::python::{self, FrameWord};
 
 use super::frames::frame_flags;
 use super::json::{unknown_stack_frame, FrameReport};
-use crate::profile::{Module, Profile};
-use crate::python::{is_interpreter, is_profiler, module_of_word};
+use crate::profile::Profile;
+use crate::python::{module_of_word, Holder};
 use crate::symbolize::{Frame, FrameKind, Symbolizer};
 
 /// A frame symbolized but not (yet) in the table.
@@ -25,28 +25,6 @@ pub(crate) enum Lookup {
     Return,
     /// The address of an instruction itself (a crash's faulting instruction).
     Instruction,
-}
-
-/// What holds a frame word's code, as far as leaving frames out goes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Holder {
-    /// The profiler's own library.
-    Profiler,
-    /// The Python interpreter.
-    Interpreter,
-    /// Anything else, a Python frame or a marker.
-    Other,
-}
-
-impl Holder {
-    /// What `module` (the module of a native word, if any) is.
-    pub(crate) fn of(module: Option<&Module>) -> Holder {
-        match module {
-            Some(module) if is_profiler(module) => Holder::Profiler,
-            Some(module) if is_interpreter(module) => Holder::Interpreter,
-            _ => Holder::Other,
-        }
-    }
 }
 
 /// A hash of frame words, which are well spread already: cheaper than the default hash.

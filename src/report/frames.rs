@@ -5,8 +5,9 @@
 
 use memwarden_abi::python::{self, FrameWord};
 
-use super::frame_table::{FrameTable, Holder, Lookup};
+use super::frame_table::{FrameTable, Lookup};
 use super::json::file_name;
+use crate::python::Holder;
 use crate::symbolize::{Frame, FrameKind};
 
 /// Frames in a module whose file name starts so are the profiler's own (its wrapper

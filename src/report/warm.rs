@@ -12,9 +12,10 @@ use std::time::Duration;
 
 use memwarden_abi::python::{self, FrameWord};
 
-use super::frame_table::{Holder, Lookup, WordMap};
+use super::frame_table::{Lookup, WordMap};
 use super::frames::{is_entry, symbolize_shown, Symbolize};
 use crate::profile::{module_at, profile_paths, LiveProfile, Module};
+use crate::python::Holder;
 use crate::symbolize::Symbolizer;
 
 /// How long to wait between looks at the output folder.
