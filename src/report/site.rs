@@ -8,13 +8,21 @@ use memwarden_abi::UNKNOWN_STACK_ID;
 
 use super::frame_table::WordMap;
 use crate::analysis::StackFigures;
-use crate::profile::Profile;
+use crate::profile::{Module, Profile};
 
 /// The `site` of each of `stacks` (of `profile`), in order: none for the unknown stack.
 /// Only return addresses count, so the stacks of a Python program share keys where they
 /// differ in Python frames only: each distinct run of return addresses is hashed once.
 pub(crate) fn site_keys(profile: &Profile, stacks: &[StackFigures]) -> Vec<Option<String>> {
     let mut known: WordMap<Vec<u64>, String> = WordMap::default();
+    // The module of each return address, found once: finding it scans the modules loaded
+    // below it, and the distinct runs share most of their words.
+    let mut modules: WordMap<u64, Option<&Module>> = WordMap::default();
+    let mut module_of = |address: u64| {
+        *modules
+            .entry(address)
+            .or_insert_with(|| profile.module_at(address.wrapping_sub(1)))
+    };
     let mut native = Vec::new();
     stacks
         .iter()
@@ -27,7 +35,7 @@ pub(crate) fn site_keys(profile: &Profile, stacks: &[StackFigures]) -> Vec<Optio
             if let Some(key) = known.get(&native) {
                 return Some(key.clone());
             }
-            let key = site_hex(profile, &native);
+            let key = key_hex(&native, &mut module_of);
             known.insert(native.clone(), key.clone());
             Some(key)
         })
@@ -44,8 +52,15 @@ fn is_native(word: u64) -> bool {
 /// symbolization looks it up): that module's file name, and the return address minus its
 /// load bias; a frame in no module by an empty name and the address.
 pub(crate) fn site_hex(profile: &Profile, frames: &[u64]) -> String {
+    key_hex(frames, &mut |address| {
+        profile.module_at(address.wrapping_sub(1))
+    })
+}
+
+/// [`site_hex`], with `module_of` giving the module holding each return address.
+fn key_hex<'p>(frames: &[u64], module_of: &mut impl FnMut(u64) -> Option<&'p Module>) -> String {
     let native = frames.iter().copied().filter(|&word| is_native(word));
-    let mut parts = native.map(|address| match profile.module_at(address.wrapping_sub(1)) {
+    let mut parts = native.map(|address| match module_of(address) {
         Some(module) => (module.path.as_bytes(), address.wrapping_sub(module.base)),
         None => (&[][..], address),
     });
