@@ -309,27 +309,29 @@ fn unwind_fully(
         if let Some(reads) = current.memo_reads() {
             // A proof costs a second walk: only for frames seen with another bp, or with
             // other words read.
-            let mut proven = (reads, Proof::Untried);
-            if worth_proving {
-                proven = prove(snapshot, rules, &key, read_stack, current).unwrap_or(proven);
-            }
-            memo.store(key, &proven.0, stack, proven.1);
+            let (reads, proof) = match worth_proving {
+                true => prove(snapshot, rules, &key, read_stack, current, reads),
+                false => (reads, Proof::Untried),
+            };
+            memo.store(key, &reads, stack, proof);
         }
         core::mem::swap(previous, current);
     }
     stack
 }
 
-/// What the walk `walk` (from the memo key's frame) can be shown to be independent of by
-/// walking again, and the reads it then depends on (see `StackMemo::store`). On the
-/// strongest proof, `walk` keeps only those reads, so that later walks resume from it.
+/// What the walk `walk` (from the memo key's frame), which made `reads`, can be shown to
+/// be independent of by walking again, and the reads it then depends on (see
+/// `StackMemo::store`). On the strongest proof, `walk` keeps only those reads, so that
+/// later walks resume from it.
 fn prove(
     snapshot: &Snapshot,
     rules: &mut [CacheX86_64; RULE_CACHES],
     key: &MemoKey,
     read_stack: &dyn Fn(u64) -> Result<u64, ()>,
     walk: &mut Walk,
-) -> Option<(RecordedReads, Proof)> {
+    reads: RecordedReads,
+) -> (RecordedReads, Proof) {
     if let Some(kept) = walk.return_address_reads() {
         let only_kept = |word: u64| {
             let kept = kept.iter().any(|read| read.address == word);
@@ -341,19 +343,14 @@ fn prove(
         };
         if same_walk_with(snapshot, rules, key, &only_kept, walk.frames()) {
             walk.keep_return_address_reads();
-            return Some((kept, Proof::OnlyTheseWords));
+            return (kept, Proof::OnlyTheseWords);
         }
     }
-    let reads = walk.memo_reads()?;
-    let ignores_bp = same_walk_with(snapshot, rules, key, read_stack, walk.frames());
-    Some((
-        reads,
-        if ignores_bp {
-            Proof::Bp
-        } else {
-            Proof::Nothing
-        },
-    ))
+    let proof = match same_walk_with(snapshot, rules, key, read_stack, walk.frames()) {
+        true => Proof::Bp,
+        false => Proof::Nothing,
+    };
+    (reads, proof)
 }
 
 /// Walks again from the memo key's frame with bp set to 0 and stack words read by `read`:
