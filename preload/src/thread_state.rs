@@ -66,15 +66,16 @@ impl Guard {
         unsafe { *self.slot(SLOT_THREAD_CREATOR) = u64::from(stack) + 1 };
     }
 
-    /// One past the highest address of this thread's stack, 0 if unknown.
-    pub fn stack_top(&self) -> u64 {
+    /// One past the highest address of this thread's stack that unwinding may read, 0 if
+    /// unknown; `sp` is a stack pointer of the calling thread's current frame.
+    pub fn stack_top(&self, sp: u64) -> u64 {
         let cached = self.slot(SLOT_STACK_TOP);
         // SAFETY: this thread's own slot.
         let known = unsafe { *cached };
         if known != 0 {
             return known;
         }
-        let top = query_stack_top();
+        let top = query_stack_top(sp);
         // SAFETY: this thread's own slot.
         unsafe { *cached = top };
         top
@@ -89,29 +90,33 @@ impl Drop for Guard {
     }
 }
 
-/// Asks glibc for the calling thread's stack. It may allocate (it reads /proc/self/maps for
-/// the main thread); that is safe here because the caller holds the guard, so those
-/// allocations pass through unrecorded.
-fn query_stack_top() -> u64 {
-    // SAFETY: pthread_attr_t is plain data that pthread_getattr_np initializes; the
-    // attribute is destroyed after use; the out-pointers are valid locals.
-    unsafe {
-        let mut attr: libc::pthread_attr_t = core::mem::zeroed();
-        if libc::pthread_getattr_np(libc::pthread_self(), &mut attr) != 0 {
-            return 0;
-        }
-        let mut low: *mut libc::c_void = core::ptr::null_mut();
-        let mut size: usize = 0;
-        let status = libc::pthread_attr_getstack(&attr, &mut low, &mut size);
-        libc::pthread_attr_destroy(&mut attr);
-        if status != 0 {
-            return 0;
-        }
-        (low as u64).saturating_add(size as u64)
+/// The top of the calling thread's stack, found without asking glibc: its
+/// `pthread_getattr_np` takes the thread's own lock and then allocates, so a hook entered from
+/// inside it (Rust's runtime calls it as every thread starts) would wait on that lock forever.
+///
+/// glibc places a thread's control block (what `pthread_self` returns) at the top of the
+/// block it runs on, above the thread's static TLS and its stack, so for every thread but the
+/// main one the words from `sp` up to it are the thread's own stack and TLS, all readable. The
+/// main thread's control block lies elsewhere (below its stack); its stack ends where the
+/// kernel put `argc`, which the loader records in `__libc_stack_end`.
+fn query_stack_top(sp: u64) -> u64 {
+    // SAFETY: pthread_self has no preconditions.
+    let control_block = unsafe { libc::pthread_self() } as u64;
+    if control_block > sp {
+        return control_block;
+    }
+    // SAFETY: a word the loader writes before any library runs, and never changes.
+    let main_stack_end = unsafe { core::ptr::read_volatile(&raw const __libc_stack_end) } as u64;
+    if sp < main_stack_end {
+        main_stack_end
+    } else {
+        0
     }
 }
 
 extern "C" {
+    /// The loader's: where the main thread's stack began at start-up (its `argc`).
+    static __libc_stack_end: *const libc::c_void;
     /// glibc (2.32+): non-zero until the process creates its first thread.
     static __libc_single_threaded: libc::c_char;
 }

@@ -194,7 +194,7 @@ fn walk_frames(
     intern: &dyn Fn(&[u64]) -> u32,
     strict: bool,
 ) -> u32 {
-    let read_stack = stack_reader(caller.sp, guard.stack_top());
+    let read_stack = stack_reader(caller.sp, guard.stack_top(caller.sp));
     // SAFETY: this thread's state; the guard proves no other frame of this thread uses it
     // (hooks do not nest).
     let state = unsafe { &mut *thread_unwinder(guard) };
@@ -445,7 +445,7 @@ fn walk_from(
     visit: &mut dyn FnMut(&FrameAddress) -> bool,
 ) -> Option<(FrameAddress, UnwindRegsX86_64)> {
     let snapshot = snapshot()?;
-    let mut read_stack = stack_reader(sp, guard.stack_top());
+    let mut read_stack = stack_reader(sp, guard.stack_top(sp));
     // SAFETY: this thread's state; the guard proves no other frame of this thread uses it.
     let state = unsafe { &mut *thread_unwinder(guard) };
     let mut regs = UnwindRegsX86_64::new(ip, sp, bp);

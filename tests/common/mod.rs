@@ -188,6 +188,32 @@ impl Scratch {
         self.build("g++", "cpp", name, body, &[])
     }
 
+    /// Compiles the Rust program `source` with rustc (optimised, with DWARF) into
+    /// `mwt_<name>`: a program whose runtime, unlike C's, allocates before `main` from inside
+    /// glibc calls that hold locks.
+    pub fn compile_rust(&self, name: &str, source: &str) -> Program {
+        let name = format!("{PROGRAM_PREFIX}{name}");
+        let source_file = self.write(&format!("{name}.rs"), source);
+        let path = self.path.join(&name);
+        let rustc = std::env::var_os("RUSTC").unwrap_or_else(|| "rustc".into());
+        let out = Command::new(&rustc)
+            .args(["--edition", "2021", "-O", "-g", "-o"])
+            .arg(&path)
+            .arg(&source_file)
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run rustc ({e}); cargo's toolchain provides it"));
+        assert!(
+            out.status.success(),
+            "rustc failed on {}:\n{}",
+            source_file.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Program {
+            path,
+            source: source.to_owned(),
+        }
+    }
+
     fn build(
         &self,
         driver: &str,
