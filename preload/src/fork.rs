@@ -196,6 +196,9 @@ extern "C" fn parent() {
 }
 
 extern "C" fn child() {
+    if let Some(guard) = Guard::enter() {
+        crate::own_stack::adopt_after_fork(&guard);
+    }
     let Some(recorder) = lifecycle::active() else {
         return;
     };

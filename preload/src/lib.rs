@@ -48,6 +48,7 @@ mod log;
 mod modules;
 mod numpy_handler;
 mod own_regions;
+mod own_stack;
 mod page_guard;
 mod preinit;
 mod profile_file;

@@ -11,7 +11,7 @@ use crate::profile_file::{self, clock_ns, Identity, ProfileFile};
 use crate::stack_table::StackTable;
 use crate::thread_state::Guard;
 use crate::unwind::Caller;
-use crate::{accounting, lifecycle, python_runtime, python_stack, unwind};
+use crate::{accounting, lifecycle, own_stack, python_runtime, python_stack, unwind};
 
 pub struct Recorder {
     pub file: ProfileFile,
@@ -64,6 +64,11 @@ impl Recorder {
     /// The id of the caller's stack (captured and interned), with the thread's Python
     /// frames put in where it runs Python, and the caller's marker first.
     pub fn stack_of(&self, guard: &Guard, caller: Caller) -> u32 {
+        own_stack::on_own_stack(guard, || self.capture(guard, caller))
+    }
+
+    /// [`stack_of`](Self::stack_of)'s work, on whichever stack it runs.
+    fn capture(&self, guard: &Guard, caller: Caller) -> u32 {
         let intern = |frames: &[u64]| self.intern(frames);
         let native = unwind::caller_stack(guard, caller, self.config.max_depth(), &intern);
         if caller.marker == 0 && python_runtime::runtime().is_none() {

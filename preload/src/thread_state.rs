@@ -11,6 +11,7 @@ const SLOT_BUSY: usize = 0;
 const SLOT_UNWIND_CACHE: usize = 1;
 const SLOT_STACK_TOP: usize = 2;
 const SLOT_THREAD_CREATOR: usize = 3;
+const SLOT_OWN_STACK: usize = 4;
 
 /// Proof that the calling thread is inside a hook and not yet recording: recording
 /// functions take `&Guard`, so an unguarded (reentrant) path cannot call them.
@@ -26,9 +27,9 @@ impl Guard {
     /// allocations, or libc calls it makes, re-enter the hooks).
     #[inline(always)]
     pub fn enter() -> Option<Guard> {
-        // SAFETY: the C side returns this thread's array of MEMWARDEN_THREAD_SLOTS (4) words.
+        // SAFETY: the C side returns this thread's array of MEMWARDEN_THREAD_SLOTS (5) words.
         let slots = unsafe { memwarden_thread_slots() };
-        // SAFETY: SLOT_BUSY is below 4; the slot is this thread's own.
+        // SAFETY: SLOT_BUSY is below 5; the slot is this thread's own.
         unsafe {
             let busy = slots.add(SLOT_BUSY);
             if *busy != 0 {
@@ -44,13 +45,19 @@ impl Guard {
 
     #[inline(always)]
     fn slot(&self, index: usize) -> *mut u64 {
-        // SAFETY: every index used in this module is below MEMWARDEN_THREAD_SLOTS (4).
+        // SAFETY: every index used in this module is below MEMWARDEN_THREAD_SLOTS (5).
         unsafe { self.slots.add(index) }
     }
 
     /// The thread's unwind-cache slot (a pointer, 0 until the cache is made).
     pub fn unwind_cache_slot(&self) -> *mut u64 {
         self.slot(SLOT_UNWIND_CACHE)
+    }
+
+    /// The thread's own-stack slot: the top of its slice of `own_stack`'s region, 0 until
+    /// claimed.
+    pub fn own_stack_slot(&self) -> *mut u64 {
+        self.slot(SLOT_OWN_STACK)
     }
 
     /// The stack that created this thread, when Python code did (see `hooks_thread`).

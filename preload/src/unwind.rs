@@ -15,6 +15,7 @@ use crate::stack_memo::{Lookup, MemoKey, Proof, RecordedReads, StackMemo};
 use crate::stack_prefix::{Level, Walk};
 
 use crate::modules;
+use crate::own_stack::on_own_stack;
 use crate::snapshot::{rebuild, snapshot, Snapshot};
 use crate::thread_state::Guard;
 
@@ -461,13 +462,15 @@ fn walk_from(
 /// `ip` itself, then return addresses, at most `out.len()`.
 pub fn frames_from(guard: &Guard, ip: u64, sp: u64, bp: u64, out: &mut [u64]) -> usize {
     let mut count = 0;
-    walk_from(guard, ip, sp, bp, &mut |address| {
-        if count == out.len() {
-            return false;
-        }
-        out[count] = address.address();
-        count += 1;
-        true
+    on_own_stack(guard, || {
+        walk_from(guard, ip, sp, bp, &mut |address| {
+            if count == out.len() {
+                return false;
+            }
+            out[count] = address.address();
+            count += 1;
+            true
+        })
     });
     count
 }
@@ -490,8 +493,12 @@ pub fn caller_here(guard: &Guard) -> Option<Caller> {
             options(nomem, nostack, preserves_flags),
         );
     }
-    let (address, regs) = walk_from(guard, ip, sp, bp, &mut |address| {
-        own.is_own(address.address())
+    // The walk reads this stack from the registers taken above, whose frames stay put
+    // while it runs on the thread's own stack.
+    let (address, regs) = on_own_stack(guard, || {
+        walk_from(guard, ip, sp, bp, &mut |address| {
+            own.is_own(address.address())
+        })
     })?;
     Some(Caller {
         return_address: address.address(),

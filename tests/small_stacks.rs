@@ -1,0 +1,83 @@
+//! Programs that run on small stacks: a thread made with the smallest stack glibc allows
+//! and a coroutine on an 8 KiB stack of its own. Capturing a stack needs more room than
+//! either has left, so the preload must do that work on a stack of its own; on theirs it
+//! crashed the program.
+
+mod common;
+use common::*;
+
+/// GIVEN a thread with a `PTHREAD_STACK_MIN` stack whose function, a few kilobytes of
+/// frames deep, allocates 3 KiB + 7 bytes, and a coroutine on an 8 KiB stack that allocates
+/// 5 KiB + 3 bytes; both blocks are held together, then freed.
+const SMALL_STACKS: &str = r#"
+#include <limits.h>
+#include <pthread.h>
+#include <ucontext.h>
+static void *held[2];
+NOINLINE void *thread_block(void) { return malloc(3 * KiB + 7); }
+NOINLINE void *coroutine_block(void) { return malloc(5 * KiB + 3); }
+/* Uses about 2 KiB of the thread's stack per level before allocating. */
+NOINLINE static int deep(int levels) {
+    volatile char pad[2000];
+    pad[levels] = (char)levels;
+    if (levels == 0) {
+        held[0] = thread_block();
+        return pad[0];
+    }
+    return deep(levels - 1) + pad[levels];
+}
+NOINLINE static void *small_thread(void *arg) {
+    deep(3);
+    return arg;
+}
+static ucontext_t main_context, coroutine_context;
+NOINLINE static void coroutine(void) { held[1] = coroutine_block(); }
+int main(void) {
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    if (pthread_attr_setstacksize(&attr, PTHREAD_STACK_MIN) != 0) return 3;
+    pthread_t thread;
+    if (pthread_create(&thread, &attr, small_thread, NULL) != 0) return 4;
+    pthread_join(thread, NULL);
+    static char coroutine_stack[8 * 1024] __attribute__((aligned(16)));
+    getcontext(&coroutine_context);
+    coroutine_context.uc_stack.ss_sp = coroutine_stack;
+    coroutine_context.uc_stack.ss_size = sizeof coroutine_stack;
+    coroutine_context.uc_link = &main_context;
+    makecontext(&coroutine_context, coroutine, 0);
+    swapcontext(&main_context, &coroutine_context);
+    say("both blocks made\n");
+    free(held[0]);
+    free(held[1]);
+    return 0;
+}
+"#;
+
+#[test]
+fn a_smallest_thread_stack_and_a_coroutine_stack_are_profiled_without_a_crash() {
+    let scratch = Scratch::new("small_stacks");
+    let program = scratch.compile("small_stacks", SMALL_STACKS);
+    let bare = run_bare(&scratch, &[program.arg()], None);
+    assert_eq!(
+        bare.code(),
+        0,
+        "the program itself must run: {}",
+        bare.stderr_text()
+    );
+
+    let run = profile(&scratch, &[program.arg()]);
+
+    assert_success(&run.outcome, "memwarden run on small stacks");
+    assert_eq!(run.outcome.stdout_text(), "both blocks made\n");
+    let p = run.report.only_process();
+    assert_eq!(p.at_peak("thread_block"), 3 * KIB + 7, "{}", p.describe());
+    assert_eq!(
+        p.at_peak("coroutine_block"),
+        5 * KIB + 3,
+        "{}",
+        p.describe()
+    );
+    assert_eq!(p.allocations("thread_block"), 1);
+    assert_eq!(p.allocations("coroutine_block"), 1);
+    assert_eq!(p.live("thread_block") + p.live("coroutine_block"), 0);
+}
