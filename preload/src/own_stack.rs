@@ -7,44 +7,80 @@
 //! region the preload reserves, with an inaccessible page below it, and the capture switches
 //! to it and back: a few instructions per event.
 //!
-//! Slices are claimed by thread id and never freed one by one: when none is free, those of
-//! threads that no longer exist are taken back. A forked child's thread re-owns its slice
-//! under its new id. Without a slice (the region refused, all taken), the capture runs on the
-//! program's stack as before.
+//! The region is reserved a chunk of 64 slices (4 MiB of address space) at a time, as
+//! threads come, so a program under a tight `RLIMIT_AS` pays for the threads it has. Slices
+//! are claimed by thread id and never freed one by one: when none is free, those of threads
+//! that no longer exist are taken back. A forked child's thread re-owns its slice under its
+//! new id. A thread without a slice (the kernel refused a chunk, all 4,096 taken) captures on
+//! one emergency stack in the library's own data, one such thread at a time.
 
 use core::ffi::c_void;
 use core::mem::MaybeUninit;
-use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 use crate::thread_state::Guard;
 
 /// Bytes of one slice, its guard page included.
 const SLICE_BYTES: u64 = 64 << 10;
 const GUARD_BYTES: u64 = 4096;
-/// Slices in the region: as many threads as can capture stacks at once on their own stacks.
-const SLICES: usize = 4096;
-const REGION_BYTES: u64 = SLICE_BYTES * SLICES as u64;
+/// Slices reserved together.
+const CHUNK_SLICES: usize = 64;
+const CHUNK_BYTES: u64 = SLICE_BYTES * CHUNK_SLICES as u64;
+const CHUNKS: usize = 64;
+/// Slices in all: as many threads as can capture stacks at once on their own stacks.
+const SLICES: usize = CHUNK_SLICES * CHUNKS;
 
-/// The region's start, 0 until reserved (u64::MAX: the kernel refused).
-static REGION: AtomicU64 = AtomicU64::new(0);
+/// Each chunk's start, 0 until reserved.
+static CHUNK_STARTS: [AtomicU64; CHUNKS] = [const { AtomicU64::new(0) }; CHUNKS];
 /// The thread id owning each slice, 0 when free.
 static OWNERS: [AtomicU32; SLICES] = [const { AtomicU32::new(0) }; SLICES];
 /// Where the next search for a free slice starts.
 static NEXT: AtomicU32 = AtomicU32::new(0);
 
+/// The stack of threads without a slice, and the lock that gives it to one at a time.
+#[repr(C, align(16))]
+struct EmergencyStack([u8; SLICE_BYTES as usize]);
+static mut EMERGENCY: EmergencyStack = EmergencyStack([0; SLICE_BYTES as usize]);
+static EMERGENCY_TAKEN: AtomicU32 = AtomicU32::new(0);
+/// Whether the emergency stack was noted as memwarden's own (not a leak-check root).
+static EMERGENCY_NOTED: AtomicBool = AtomicBool::new(false);
+/// How often a thread waited for the emergency stack (not reported; the lock wants a count).
+static EMERGENCY_WAITS: AtomicU64 = AtomicU64::new(0);
+
 /// Runs `work` on this thread's own slice, or on the current stack if it has none.
 #[inline]
 pub fn on_own_stack<F: FnOnce() -> R, R>(guard: &Guard, work: F) -> R {
     let top = slice_top(guard);
-    if top == 0 || running_on_own_stack() {
+    if top == NO_SLICE {
+        let _taken = crate::spin::lock(&EMERGENCY_TAKEN, &EMERGENCY_WAITS);
+        let bottom = (&raw const EMERGENCY).cast::<u8>();
+        if !EMERGENCY_NOTED.swap(true, Ordering::Relaxed) {
+            // Its words are copies of the program's; they must not keep leaks reachable.
+            crate::own_regions::note(bottom, SLICE_BYTES as usize);
+        }
+        let top = bottom as u64 + SLICE_BYTES;
+        // SAFETY: the emergency stack is aligned and unused: whoever holds the lock has it.
+        return unsafe { switch_to(top, work) };
+    }
+    if running_below(top) {
         return work();
     }
+    // SAFETY: `top` is the aligned top of this thread's slice, which no frame of this thread
+    // uses now (not running on it, checked above).
+    unsafe { switch_to(top, work) }
+}
+
+/// Runs `work` with the stack pointer at `top`.
+///
+/// # Safety
+/// `top` is the 16-byte-aligned top of a writable stack no live frame uses.
+#[inline(always)]
+unsafe fn switch_to<F: FnOnce() -> R, R>(top: u64, work: F) -> R {
     let mut call = Call {
         work: Some(work),
         result: MaybeUninit::uninit(),
     };
-    // SAFETY: `top` is the aligned top of this thread's slice, which no frame of this thread
-    // uses now (not running on it, checked above); `enter::<F, R>` matches `call`'s type.
+    // SAFETY: the caller's contract; `enter::<F, R>` matches `call`'s type.
     unsafe { switch_and_call((&raw mut call).cast(), enter::<F, R>, top) };
     // SAFETY: `enter` ran `work` to its end and wrote its result (a panic aborts: no
     // unwinding can leave it half done).
@@ -89,20 +125,22 @@ unsafe fn switch_and_call(data: *mut c_void, entry: unsafe extern "C" fn(*mut c_
     }
 }
 
-/// True when the stack pointer lies in the region: a capture made while already on a slice
-/// goes on where it is.
+/// True when the stack pointer lies in the slice whose top is `top`: a capture made while
+/// already on it goes on where it is.
 #[inline(always)]
-fn running_on_own_stack() -> bool {
-    let region = REGION.load(Ordering::Relaxed);
+fn running_below(top: u64) -> bool {
     let sp: u64;
     // SAFETY: reads the stack pointer; touches no memory and no flags.
     unsafe {
         core::arch::asm!("mov {}, rsp", out(reg) sp, options(nomem, nostack, preserves_flags))
     };
-    region != 0 && region != u64::MAX && sp.wrapping_sub(region) < REGION_BYTES
+    top.wrapping_sub(sp) <= SLICE_BYTES
 }
 
-/// The top of this thread's slice (claimed on first use), 0 if it has none.
+/// What a thread's own-stack slot holds once no slice could be had: it is not asked again.
+const NO_SLICE: u64 = 1;
+
+/// The top of this thread's slice (claimed on first use), or [`NO_SLICE`].
 #[inline]
 fn slice_top(guard: &Guard) -> u64 {
     let slot = guard.own_stack_slot();
@@ -117,12 +155,9 @@ fn slice_top(guard: &Guard) -> u64 {
     top
 }
 
-/// Claims a free slice for the calling thread; its top, or 0.
+/// Claims a free slice for the calling thread; its top, or [`NO_SLICE`].
 #[cold]
 fn claim_slice() -> u64 {
-    let Some(region) = region() else {
-        return 0;
-    };
     let tid = this_thread_id();
     let start = NEXT.load(Ordering::Relaxed) as usize;
     let free = (0..SLICES)
@@ -130,10 +165,14 @@ fn claim_slice() -> u64 {
         .find(|&i| take(i, 0, tid))
         .or_else(|| (0..SLICES).find(|&i| reclaim(i, tid)));
     let Some(index) = free else {
-        return 0;
+        return NO_SLICE;
+    };
+    let Some(chunk) = chunk(index / CHUNK_SLICES) else {
+        OWNERS[index].store(0, Ordering::Release);
+        return NO_SLICE;
     };
     NEXT.store(((index + 1) % SLICES) as u32, Ordering::Relaxed);
-    let base = region + index as u64 * SLICE_BYTES;
+    let base = chunk + (index % CHUNK_SLICES) as u64 * SLICE_BYTES;
     // SAFETY: the lowest page of this thread's slice, inside the region; made inaccessible
     // again each time (a no-op after the first), so a capture overflowing its slice faults
     // instead of writing into the next.
@@ -166,43 +205,52 @@ fn this_thread_id() -> u32 {
     unsafe { libc::gettid() as u32 }
 }
 
-/// The region, reserved on first use; `None` if the kernel refused it.
-fn region() -> Option<u64> {
-    match REGION.load(Ordering::Acquire) {
-        0 => {}
-        u64::MAX => return None,
-        start => return Some(start),
+/// The start of chunk `number`, reserved on first use; `None` if the kernel refused it
+/// (asked again by the next thread that needs it).
+fn chunk(number: usize) -> Option<u64> {
+    let start = CHUNK_STARTS.get(number)?;
+    let known = start.load(Ordering::Acquire);
+    if known != 0 {
+        return Some(known);
     }
     // Address space only: pages are committed as a slice's stack touches them, and the leak
     // check never takes them for the program's roots (`map_scratch` notes them).
-    let mapped = crate::own_regions::map_scratch(REGION_BYTES as usize);
-    let start = mapped.map_or(u64::MAX, |start| start as u64);
-    match REGION.compare_exchange(0, start, Ordering::AcqRel, Ordering::Acquire) {
-        Ok(_) => (start != u64::MAX).then_some(start),
+    let mapped = crate::own_regions::map_scratch(CHUNK_BYTES as usize)? as u64;
+    match start.compare_exchange(0, mapped, Ordering::AcqRel, Ordering::Acquire) {
+        Ok(_) => Some(mapped),
         Err(winner) => {
             // Another thread reserved it first: ours goes back.
-            if let Some(ours) = mapped {
-                crate::own_regions::unmap_scratch(ours, REGION_BYTES as usize);
-            }
-            (winner != u64::MAX).then_some(winner)
+            crate::own_regions::unmap_scratch(mapped as *mut u8, CHUNK_BYTES as usize);
+            Some(winner)
         }
     }
 }
 
 /// Fork (child): the one thread of the child owns its slice under its new thread id; the
-/// parent's other threads do not exist here, so their slices are taken back when needed.
+/// parent's other threads do not exist here, so their slices are taken back when needed and
+/// the emergency stack is free.
 pub fn adopt_after_fork(guard: &Guard) {
+    // A thread of the parent may have held the emergency stack; none is left to free it.
+    crate::spin::unlock_raw(&EMERGENCY_TAKEN);
     let top = {
         let slot = guard.own_stack_slot();
         // SAFETY: this thread's own slot.
         unsafe { *slot }
     };
-    let Some(region) = (top != 0).then(|| REGION.load(Ordering::Acquire)) else {
+    if top == 0 || top == NO_SLICE {
         return;
-    };
-    let index = (top - SLICE_BYTES).wrapping_sub(region) / SLICE_BYTES;
-    if let Some(owner) = OWNERS.get(index as usize) {
-        owner.store(this_thread_id(), Ordering::Release);
+    }
+    let base = top - SLICE_BYTES;
+    let chunks = CHUNK_STARTS
+        .iter()
+        .map(|start| start.load(Ordering::Acquire));
+    for (number, chunk) in chunks.enumerate() {
+        let offset = base.wrapping_sub(chunk);
+        if chunk != 0 && offset < CHUNK_BYTES {
+            let index = number * CHUNK_SLICES + (offset / SLICE_BYTES) as usize;
+            OWNERS[index].store(this_thread_id(), Ordering::Release);
+            return;
+        }
     }
 }
 
@@ -213,12 +261,14 @@ mod tests {
     #[test]
     fn work_runs_on_a_slice_and_returns_its_result() {
         let guard = Guard::enter().expect("no hook is running in a unit test");
-        let (on_slice, value) = on_own_stack(&guard, || (running_on_own_stack(), 40 + 2));
+        let top = slice_top(&guard);
+        assert_ne!(top, 0);
+        let (on_slice, value) = on_own_stack(&guard, || (running_below(top), 40 + 2));
         assert!(on_slice);
         assert_eq!(value, 42);
-        assert!(!running_on_own_stack());
+        assert!(!running_below(top));
         // Nested: goes on where it is.
-        let nested = on_own_stack(&guard, || on_own_stack(&guard, running_on_own_stack));
+        let nested = on_own_stack(&guard, || on_own_stack(&guard, || running_below(top)));
         assert!(nested);
     }
 
@@ -235,6 +285,26 @@ mod tests {
         let guard = Guard::enter().expect("no hook is running in a unit test");
         // About 40 KiB of frames: more than a 16 KiB thread stack holds.
         assert_eq!(on_own_stack(&guard, || depth(70)), (1..=70).sum::<u64>());
+    }
+
+    #[test]
+    fn the_emergency_stack_serves_a_thread_without_a_slice() {
+        std::thread::spawn(|| {
+            let guard = Guard::enter().expect("no hook is running in a unit test");
+            // SAFETY: this thread's own slot: it now says no slice could be had.
+            unsafe { *guard.own_stack_slot() = NO_SLICE };
+            let emergency = (&raw const EMERGENCY) as u64;
+            let on_it = on_own_stack(&guard, || {
+                let sp: u64;
+                // SAFETY: reads the stack pointer.
+                unsafe { core::arch::asm!("mov {}, rsp", out(reg) sp) };
+                sp.wrapping_sub(emergency) < SLICE_BYTES
+            });
+            assert!(on_it);
+            assert_eq!(EMERGENCY_TAKEN.load(Ordering::Relaxed), 0);
+        })
+        .join()
+        .unwrap();
     }
 
     #[test]

@@ -68,21 +68,12 @@ pub fn clock_ns(clock: libc::clockid_t) -> u64 {
 
 /// Creates `<dir>/raw/<pid>-<start ns>.mwp`, sized for `layout`, open read-write.
 pub fn create_file(dir: &[u8], identity: &Identity, layout: &Layout) -> Result<i32, i32> {
-    let mut path = Vec::with_capacity(dir.len() + 64);
-    path.extend_from_slice(dir);
-    path.push(b'/');
-    path.extend_from_slice(RAW_DIR.as_bytes());
+    let mut folder = raw_dir(dir);
+    folder.push(0);
     // The CLI creates raw/; a target run by hand with the variable set may not have it.
-    path.push(0);
     // SAFETY: NUL-terminated path; EEXIST is the normal case and is ignored.
-    unsafe { libc::mkdir(path.as_ptr().cast(), 0o755) };
-    path.pop();
-    let name = format!(
-        "/{}-{}.{}",
-        identity.pid, identity.start_monotonic_ns, PROFILE_EXTENSION
-    );
-    path.extend_from_slice(name.as_bytes());
-    path.push(0);
+    unsafe { libc::mkdir(folder.as_ptr().cast(), 0o755) };
+    let path = file_path(dir, identity);
     // SAFETY: NUL-terminated path; flags create a new file that no exec'd image inherits.
     let fd = unsafe {
         libc::open(
@@ -102,6 +93,35 @@ pub fn create_file(dir: &[u8], identity: &Identity, layout: &Layout) -> Result<i
         return Err(errno);
     }
     Ok(fd)
+}
+
+/// Removes the profile file of `identity` (one that could not be used), so the report does
+/// not take its zeros for a profile.
+pub fn remove_file(dir: &[u8], identity: &Identity) {
+    let path = file_path(dir, identity);
+    // SAFETY: NUL-terminated path; a failure leaves the file, which the report then names.
+    unsafe { libc::unlink(path.as_ptr().cast()) };
+}
+
+/// `DIR/raw`.
+fn raw_dir(dir: &[u8]) -> Vec<u8> {
+    let mut path = Vec::with_capacity(dir.len() + 64);
+    path.extend_from_slice(dir);
+    path.push(b'/');
+    path.extend_from_slice(RAW_DIR.as_bytes());
+    path
+}
+
+/// `DIR/raw/PID-START.mwp`, NUL-terminated.
+fn file_path(dir: &[u8], identity: &Identity) -> Vec<u8> {
+    let mut path = raw_dir(dir);
+    let name = format!(
+        "/{}-{}.{}",
+        identity.pid, identity.start_monotonic_ns, PROFILE_EXTENSION
+    );
+    path.extend_from_slice(name.as_bytes());
+    path.push(0);
+    path
 }
 
 /// Tells the kernel not to read ahead around the pages of the profile mapping at `base`.

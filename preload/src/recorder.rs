@@ -22,25 +22,21 @@ pub struct Recorder {
 impl Recorder {
     /// Creates the profile file and the in-memory indexes; Err(errno) on failure.
     pub fn create(config: Config, identity: &Identity) -> Result<Recorder, i32> {
-        let layout = Layout::new(
-            memwarden_abi::defaults::MODULE_CAPACITY,
-            config.numeric[STACK_CAPACITY],
-            config.numeric[FRAME_CAPACITY],
-            memwarden_abi::defaults::FAILURE_CAPACITY,
-            memwarden_abi::defaults::ERROR_CAPACITY,
-            memwarden_abi::defaults::CODE_CAPACITY,
-            memwarden_abi::defaults::BLOB_CAPACITY,
-        )
-        .and_then(|layout| {
-            let leaks = match config.numeric[LEAK_CHECK] {
-                0 => 0,
-                _ => memwarden_abi::defaults::LEAK_CAPACITY,
-            };
-            layout.with_leak_capacity(leaks)
-        })
-        .ok_or(libc::EOVERFLOW)?;
+        let layout = layout_for(&config, 0).ok_or(libc::EOVERFLOW)?;
         let fd = profile_file::create_file(&config.output_dir, identity, &layout)?;
-        let file = ProfileFile::map(fd, layout)?;
+        let (file, shrink) = match map_within_address_space(fd, &config) {
+            Ok(mapped) => mapped,
+            Err(errno) => {
+                // SAFETY: closes the fd opened above, which nothing else uses.
+                unsafe { libc::close(fd) };
+                profile_file::remove_file(&config.output_dir, identity);
+                return Err(errno);
+            }
+        };
+        if shrink > 0 {
+            say_capacity(file.layout().stack_capacity, layout.stack_capacity);
+        }
+        let layout = *file.layout();
         file.write_header(identity);
         let stacks = StackTable::new().ok_or(libc::ENOMEM)?;
         // Stack id 0 collects events whose stack could not be stored.
@@ -178,6 +174,58 @@ impl Recorder {
                 .fetch_or(flags::OWN_MALLOC, Ordering::Relaxed);
         }
     }
+}
+
+/// Halvings of the growable capacities tried when the address space is short.
+const MAX_SHRINK: u32 = 6;
+
+/// The profile's layout for `config`, its growable capacities (stacks, frames, code
+/// records and their text) divided by 2^`shrink`.
+fn layout_for(config: &Config, shrink: u32) -> Option<Layout> {
+    let shrunk = |capacity: u64| (capacity >> shrink).max(1);
+    let layout = Layout::new(
+        memwarden_abi::defaults::MODULE_CAPACITY,
+        shrunk(config.numeric[STACK_CAPACITY]),
+        shrunk(config.numeric[FRAME_CAPACITY]),
+        memwarden_abi::defaults::FAILURE_CAPACITY,
+        memwarden_abi::defaults::ERROR_CAPACITY,
+        shrunk(memwarden_abi::defaults::CODE_CAPACITY),
+        shrunk(memwarden_abi::defaults::BLOB_CAPACITY),
+    )?;
+    let leaks = match config.numeric[LEAK_CHECK] {
+        0 => 0,
+        _ => memwarden_abi::defaults::LEAK_CAPACITY,
+    };
+    layout.with_leak_capacity(leaks)
+}
+
+/// Maps the profile file `fd` at the configured capacities or, where the address space is
+/// too short for them (a low `RLIMIT_AS`: the file is sparse, but its mapping counts in
+/// full), at halved ones, up to [`MAX_SHRINK`] times; the file and how often it was halved.
+fn map_within_address_space(fd: i32, config: &Config) -> Result<(ProfileFile, u32), i32> {
+    let mut shrink = 0;
+    loop {
+        let layout = layout_for(config, shrink).ok_or(libc::EOVERFLOW)?;
+        // SAFETY: `fd` is the profile file, open read-write; it is resized before any use.
+        if shrink > 0 && unsafe { libc::ftruncate(fd, layout.file_size as libc::off_t) } != 0 {
+            return Err(profile_file::last_errno());
+        }
+        match ProfileFile::map(fd, layout) {
+            Err(libc::ENOMEM) if shrink < MAX_SHRINK => shrink += 1,
+            mapped => return mapped.map(|file| (file, shrink)),
+        }
+    }
+}
+
+/// Says that the profile holds fewer stacks than configured.
+fn say_capacity(stacks: u64, configured: u64) {
+    let (mut held, mut asked) = ([0u8; 20], [0u8; 20]);
+    crate::log::say(&[
+        b"the address space is short (RLIMIT_AS?): this process's profile holds at most ",
+        crate::log::decimal(stacks, &mut held),
+        b" distinct stacks instead of ",
+        crate::log::decimal(configured, &mut asked),
+    ]);
 }
 
 /// Records the end of the process if it is being profiled (even degraded). A `vfork`

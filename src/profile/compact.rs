@@ -1,5 +1,5 @@
 //! Store, after the run: rewrites a finished profile file densely. The preload reserves each
-//! file at full capacity (sparse, about 258 MiB apparent) so it can grow in place while the
+//! file at full capacity (sparse, about 580 MiB apparent) so it can grow in place while the
 //! process runs; once every process is gone, the regions in use are copied into a file
 //! whose capacities equal its counts, so the output folder copies, archives and uploads at
 //! its real size. A compacted file is an ordinary profile: the layout in its header says

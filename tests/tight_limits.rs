@@ -1,7 +1,11 @@
-//! Programs that run on small stacks: a thread made with the smallest stack glibc allows
-//! and a coroutine on an 8 KiB stack of its own. Capturing a stack needs more room than
-//! either has left, so the preload must do that work on a stack of its own; on theirs it
-//! crashed the program.
+//! Programs that run within tight limits, which must run under the preload as they do
+//! without it:
+//! - on small stacks: a thread made with the smallest stack glibc allows and a coroutine on
+//!   an 8 KiB stack of its own. Capturing a stack needs more room than either has left, so
+//!   the preload does that work on a stack of its own (on theirs it crashed the program);
+//! - in a small address space (`ulimit -v`): the profile file is sparse, but its mapping
+//!   counts in full against `RLIMIT_AS`, so the preload maps it with smaller capacities,
+//!   says so, and profiles the process all the same.
 
 mod common;
 use common::*;
@@ -80,4 +84,52 @@ fn a_smallest_thread_stack_and_a_coroutine_stack_are_profiled_without_a_crash() 
     assert_eq!(p.allocations("thread_block"), 1);
     assert_eq!(p.allocations("coroutine_block"), 1);
     assert_eq!(p.live("thread_block") + p.live("coroutine_block"), 0);
+}
+
+/// GIVEN a program that allocates 700 KiB + 9 bytes in `limited_block` and holds it.
+const LIMITED: &str = r#"
+NOINLINE void *limited_block(void) { return malloc(700 * KiB + 9); }
+int main(void) {
+    void *held = limited_block();
+    say("allocated\n");
+    free(held);
+    return 0;
+}
+"#;
+
+#[test]
+fn a_process_with_a_small_address_space_is_profiled_with_smaller_capacities() {
+    let scratch = Scratch::new("address_space");
+    let program = scratch.compile("address_space", LIMITED);
+    // 400 MB of address space: less than the profile's mapping at its default capacities.
+    let script = format!("ulimit -v 400000 && exec {}", program.arg());
+
+    let run = profile(&scratch, &["/bin/sh", "-c", &script]);
+
+    assert_success(&run.outcome, "memwarden run under ulimit -v");
+    assert_eq!(run.outcome.stdout_text(), "allocated\n");
+    assert!(
+        run.outcome
+            .stderr_text()
+            .contains("memwarden: the address space is short (RLIMIT_AS?): this process's profile holds at most "),
+        "{}",
+        run.outcome.stderr_text()
+    );
+    let limited = run
+        .report
+        .processes
+        .iter()
+        .find(|p| {
+            p.argv
+                .first()
+                .is_some_and(|a| a.ends_with("mwt_address_space"))
+        })
+        .unwrap_or_else(|| panic!("no process of the program\n{}", run.report.describe()));
+    assert_eq!(
+        limited.at_peak("limited_block"),
+        700 * KIB + 9,
+        "{}",
+        limited.describe()
+    );
+    assert_eq!(limited.allocations("limited_block"), 1);
 }
