@@ -144,3 +144,61 @@ fn libmemwarden_is_prepended_to_an_existing_ld_preload() {
     let p = run.report.only_process();
     assert_eq!(p.live("preload_alloc"), 4321000, "{}", p.describe());
 }
+
+/// GIVEN a program that closes every descriptor above stderr (as daemons and test runners
+/// do), opens a file of its own (which gets the lowest free number, the profile's old one)
+/// and writes 5 bytes to it, then allocates from a thousand distinct stacks (enough for the
+/// profile to need more disk blocks) and holds 77,777 bytes from `after_close_block`.
+const CLOSES_DESCRIPTORS: &str = r#"
+#include <fcntl.h>
+#include <linux/close_range.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <stdio.h>
+NOINLINE void *churn_block(int depth) {
+    if (depth == 0) return malloc(48);
+    void *p = churn_block(depth - 1);
+    keep(p);
+    return p;
+}
+NOINLINE void *after_close_block(void) { return malloc(77777); }
+int main(int argc, char **argv) {
+    (void)argc;
+    if (syscall(SYS_close_range, 3, ~0U, 0) != 0) return 3;
+    int fd = open(argv[1], O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0 || write(fd, "hello", 5) != 5) return 4;
+    for (int depth = 0; depth < 1000; depth++) free(churn_block(depth));
+    void *held = after_close_block();
+    struct stat st;
+    if (fstat(fd, &st) != 0) return 5;
+    char line[64];
+    snprintf(line, sizeof line, "fd %d, size %lld\n", fd, (long long)st.st_size);
+    say(line);
+    close(fd);
+    free(held);
+    return 0;
+}
+"#;
+
+#[test]
+fn a_program_that_closes_the_profiles_descriptor_is_tracked_and_its_files_kept_intact() {
+    let scratch = Scratch::new("closes_descriptors");
+    let prog = scratch.compile("closes_descriptors", CLOSES_DESCRIPTORS);
+    let own_file = scratch.path().join("own.txt");
+    let own = own_file.to_str().expect("UTF-8 path");
+
+    let run = profile(&scratch, &[prog.arg(), own]);
+
+    assert_success(&run.outcome, "memwarden run");
+    // The program's file keeps exactly what it wrote: the profile's blocks went elsewhere.
+    assert_eq!(run.outcome.stdout_text(), "fd 3, size 5\n");
+    assert_eq!(
+        std::fs::read(&own_file).expect("the program's file"),
+        b"hello"
+    );
+    let stderr = run.outcome.stderr_text();
+    assert!(!stderr.contains("stopped tracking"), "{stderr}");
+    let p = run.report.only_process();
+    assert_eq!(p.at_peak("after_close_block"), 77777, "{}", p.describe());
+    assert_eq!(p.allocations("churn_block"), 1000, "{}", p.describe());
+}

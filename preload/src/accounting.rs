@@ -193,8 +193,9 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let layout = Layout::new(16, 64, 4096, 16, 16, 16, 4096).unwrap();
         let identity = Identity::of_this_process(8);
-        let fd = create_file(dir.as_os_str().as_encoded_bytes(), &identity, &layout).unwrap();
-        let file = ProfileFile::map(fd, layout).unwrap();
+        let dir_bytes = dir.as_os_str().as_encoded_bytes();
+        let fd = create_file(dir_bytes, &identity, &layout).unwrap();
+        let file = ProfileFile::map(fd, layout, dir_bytes).unwrap();
         file.write_header(&identity);
         for id in 0..u64::from(STACKS) {
             assert!(file.back(layout.stack_offset(id), 128));

@@ -239,7 +239,6 @@ fn adopt_own_file(recorder: &Recorder, stacks: u64) -> Result<(), i32> {
         write_all_at(fd, copy + at, len as usize, offset)?;
         at += len as usize;
     }
-    let parent_fd = file.fd();
     // SAFETY: replaces the parent's mapping, at the same address and size, with the child's
     // own file; only this thread exists in the child, and every pointer into the profile
     // stays valid because the address does not change.
@@ -261,8 +260,6 @@ fn adopt_own_file(recorder: &Recorder, stacks: u64) -> Result<(), i32> {
     }
     profile_file::no_read_ahead(mapped, layout.file_size);
     file.adopt(fd);
-    // SAFETY: the parent's descriptor, inherited by fork; the child no longer uses it.
-    unsafe { libc::close(parent_fd) };
     for (offset, len) in used_regions(recorder, stacks) {
         if !file.back(offset, len) {
             return Err(libc::ENOSPC);

@@ -51,6 +51,7 @@ mod own_regions;
 mod own_stack;
 mod page_guard;
 mod preinit;
+mod profile_fd;
 mod profile_file;
 mod python_codes;
 mod python_layout;

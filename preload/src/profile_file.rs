@@ -3,7 +3,7 @@
 //! are reserved at full size (sparse) and backed with `fallocate` a chunk (64 KiB) at a time as
 //! they fill, so a full disk is met as an error here rather than as SIGBUS on a later store.
 
-use core::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use memwarden_abi::{
     Header, Layout, ModuleRecord, StackRecord, ARGV_CAPACITY, FORMAT_VERSION, HEADER_SIZE, MAGIC,
@@ -11,13 +11,15 @@ use memwarden_abi::{
 };
 use portable_atomic::AtomicU128;
 
+use crate::profile_fd::ProfileDescriptor;
+
 /// Granularity of `fallocate` backing: small, so a small profile stays small on disk.
 const CHUNK: u64 = 64 << 10;
 
 pub struct ProfileFile {
     base: *mut u8,
     layout: Layout,
-    fd: AtomicI32,
+    descriptor: ProfileDescriptor,
     /// One bit per CHUNK of the file: set once the chunk is backed.
     backed: Vec<AtomicU64>,
 }
@@ -73,7 +75,7 @@ pub fn create_file(dir: &[u8], identity: &Identity, layout: &Layout) -> Result<i
     // The CLI creates raw/; a target run by hand with the variable set may not have it.
     // SAFETY: NUL-terminated path; EEXIST is the normal case and is ignored.
     unsafe { libc::mkdir(folder.as_ptr().cast(), 0o755) };
-    let path = file_path(dir, identity);
+    let path = file_path(dir, identity.pid, identity.start_monotonic_ns);
     // SAFETY: NUL-terminated path; flags create a new file that no exec'd image inherits.
     let fd = unsafe {
         libc::open(
@@ -98,7 +100,7 @@ pub fn create_file(dir: &[u8], identity: &Identity, layout: &Layout) -> Result<i
 /// Removes the profile file of `identity` (one that could not be used), so the report does
 /// not take its zeros for a profile.
 pub fn remove_file(dir: &[u8], identity: &Identity) {
-    let path = file_path(dir, identity);
+    let path = file_path(dir, identity.pid, identity.start_monotonic_ns);
     // SAFETY: NUL-terminated path; a failure leaves the file, which the report then names.
     unsafe { libc::unlink(path.as_ptr().cast()) };
 }
@@ -112,13 +114,10 @@ fn raw_dir(dir: &[u8]) -> Vec<u8> {
     path
 }
 
-/// `DIR/raw/PID-START.mwp`, NUL-terminated.
-fn file_path(dir: &[u8], identity: &Identity) -> Vec<u8> {
+/// `DIR/raw/PID-START.mwp` of process `pid` started at `start_ns`, NUL-terminated.
+pub fn file_path(dir: &[u8], pid: u32, start_ns: u64) -> Vec<u8> {
     let mut path = raw_dir(dir);
-    let name = format!(
-        "/{}-{}.{}",
-        identity.pid, identity.start_monotonic_ns, PROFILE_EXTENSION
-    );
+    let name = format!("/{pid}-{start_ns}.{PROFILE_EXTENSION}");
     path.extend_from_slice(name.as_bytes());
     path.push(0);
     path
@@ -142,9 +141,8 @@ pub fn last_errno() -> i32 {
 }
 
 impl ProfileFile {
-    /// Maps a new file and writes its header. `at` asks for a fixed address (a forked
-    /// child remaps its own file where its parent's was).
-    pub fn map(fd: i32, layout: Layout) -> Result<ProfileFile, i32> {
+    /// Maps the new file `fd`, created in the output folder `dir`.
+    pub fn map(fd: i32, layout: Layout, dir: &[u8]) -> Result<ProfileFile, i32> {
         // SAFETY: a fresh shared mapping of the whole (sparse) file; the kernel picks the
         // address. It is never unmapped.
         let base = unsafe {
@@ -165,7 +163,7 @@ impl ProfileFile {
         let file = ProfileFile {
             base: base.cast(),
             layout,
-            fd: AtomicI32::new(fd),
+            descriptor: ProfileDescriptor::new(fd, dir),
             backed: (0..chunks).map(|_| AtomicU64::new(0)).collect(),
         };
         if !file.back(0, HEADER_SIZE) {
@@ -219,13 +217,10 @@ impl ProfileFile {
         self.base
     }
 
-    pub fn fd(&self) -> i32 {
-        self.fd.load(Ordering::Relaxed)
-    }
-
-    /// Switches to a new file mapped at the same address (forked child), all chunks unbacked.
+    /// Switches to a new file mapped at the same address (forked child), all chunks
+    /// unbacked, and closes the parent's (see [`ProfileDescriptor::adopt`]).
     pub fn adopt(&self, fd: i32) {
-        self.fd.store(fd, Ordering::Relaxed);
+        self.descriptor.adopt(fd);
         for word in &self.backed {
             word.store(0, Ordering::Relaxed);
         }
@@ -331,9 +326,16 @@ impl ProfileFile {
             }
             let start = chunk * CHUNK;
             let size = CHUNK.min(self.layout.file_size - start);
-            // SAFETY: fd is this process's profile file; the range lies inside its size.
+            // SAFETY: plain reads of header fields written before tracking started.
+            let (pid, start_ns) =
+                unsafe { ((*self.header()).pid, (*self.header()).start_monotonic_ns) };
+            let Some(fd) = self.descriptor.get(pid, start_ns) else {
+                return false;
+            };
+            // SAFETY: fd is open on this process's profile file (checked by `get`); the range
+            // lies inside its size.
             let status =
-                unsafe { libc::fallocate(self.fd(), 0, start as libc::off_t, size as libc::off_t) };
+                unsafe { libc::fallocate(fd, 0, start as libc::off_t, size as libc::off_t) };
             if status != 0 {
                 let errno = last_errno();
                 if errno != libc::EOPNOTSUPP && errno != libc::EINTR {

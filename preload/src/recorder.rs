@@ -210,7 +210,7 @@ fn map_within_address_space(fd: i32, config: &Config) -> Result<(ProfileFile, u3
         if shrink > 0 && unsafe { libc::ftruncate(fd, layout.file_size as libc::off_t) } != 0 {
             return Err(profile_file::last_errno());
         }
-        match ProfileFile::map(fd, layout) {
+        match ProfileFile::map(fd, layout, &config.output_dir) {
             Err(libc::ENOMEM) if shrink < MAX_SHRINK => shrink += 1,
             mapped => return mapped.map(|file| (file, shrink)),
         }
