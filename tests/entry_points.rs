@@ -279,3 +279,58 @@ fn python_ctypes_malloc_is_counted() {
         );
     }
 }
+
+/// GIVEN a plug-in library that allocates 4,321 bytes per call in `plugin_block` and frees
+/// the blocks it is given, opened by name (found through the program's RUNPATH) with
+/// `RTLD_DEEPBIND`; the program hands it 100 of its own blocks to free and frees 100 of the
+/// plug-in's.
+const DEEPBIND_PLUGIN: &str = r#"
+NOINLINE void *plugin_block(void) { return malloc(4321); }
+void plugin_free(void *p) { free(p); }
+"#;
+const DEEPBIND_HOST: &str = r#"
+#include <dlfcn.h>
+NOINLINE void *host_block(void) { return malloc(1234); }
+int main(void) {
+    void *plugin = dlopen("mwt_deepbind_plugin.so", RTLD_NOW | RTLD_DEEPBIND);
+    if (!plugin) { say(dlerror()); return 3; }
+    void *(*make)(void) = (void *(*)(void))dlsym(plugin, "plugin_block");
+    void (*release)(void *) = (void (*)(void *))dlsym(plugin, "plugin_free");
+    if (!make || !release) return 4;
+    for (int i = 0; i < 100; i++) {
+        release(host_block());
+        free(make());
+    }
+    say("exchanged\n");
+    return 0;
+}
+"#;
+
+#[test]
+fn a_library_opened_with_deepbind_shares_blocks_with_the_program() {
+    let scratch = Scratch::new("deepbind");
+    scratch.compile_with("deepbind_plugin.so", DEEPBIND_PLUGIN, &["-shared", "-fPIC"]);
+    let rpath = format!("-Wl,-rpath,{}", scratch.path().display());
+    let host = scratch.compile_with("deepbind_host", DEEPBIND_HOST, &[&rpath]);
+
+    let run = profile(&scratch, &[host.arg()]);
+
+    assert_success(&run.outcome, "a program with a RTLD_DEEPBIND plug-in");
+    assert_eq!(run.outcome.stdout_text(), "exchanged\n");
+    assert!(
+        run.outcome
+            .stderr_text()
+            .contains("opened with RTLD_DEEPBIND"),
+        "{}",
+        run.outcome.stderr_text()
+    );
+    let p = run.report.only_process();
+    assert_eq!(p.allocated("plugin_block"), 100 * 4321, "{}", p.describe());
+    assert_eq!(p.allocated("host_block"), 100 * 1234, "{}", p.describe());
+    assert_eq!(
+        p.live("plugin_block") + p.live("host_block"),
+        0,
+        "{}",
+        p.describe()
+    );
+}
