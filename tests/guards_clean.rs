@@ -191,3 +191,52 @@ fn the_churn_benchmark_gives_the_same_output_in_every_mode() {
         run.assert_no_error(mode);
     }
 }
+
+#[test]
+fn blocks_a_library_grew_before_memwarden_started_are_freed_without_an_error() {
+    // GIVEN a library whose constructor (which runs before the preload's) makes a table and
+    // grows it with realloc, and a program that grows it again and frees it: as GLib's hash
+    // tables are at gdb's exit, which were reported as invalid frees.
+    let scratch = Scratch::new("guard_clean_constructor");
+    scratch.compile_with(
+        "early_table.so",
+        r#"
+void **early_table;
+void *blockers[16];
+__attribute__((constructor)) static void make_early_table(void) {
+    early_table = malloc(4 * sizeof(void *));
+    for (int n = 8, i = 0; n <= 512; n *= 2, i++) {
+        blockers[i] = malloc(24); /* right after the table: to grow, it must move */
+        early_table = realloc(early_table, n * sizeof(void *));
+    }
+    free(blockers[0]);
+}
+"#,
+        &["-shared", "-fPIC"],
+    );
+    let library = scratch.path().join("mwt_early_table.so");
+    let prog = scratch.compile_with(
+        "early_table_user",
+        r#"
+extern void **early_table;
+int main(void) {
+    early_table = realloc(early_table, 4096 * sizeof(void *));
+    free(early_table);
+    say("freed\n");
+    return 0;
+}
+"#,
+        // Linked by path, before the program's object: kept, though nothing before it needs it.
+        &["-Wl,--no-as-needed", library.to_str().expect("UTF-8 path")],
+    );
+    for (options, mode) in MODES.into_iter().take(3) {
+        let run = run_guarded(&scratch, options, &[prog.arg()]);
+        assert_eq!(
+            (run.status(), run.stdout()),
+            (0, "freed\n".to_owned()),
+            "{options:?}; stderr:\n{}",
+            run.stderr()
+        );
+        run.assert_no_error(mode);
+    }
+}

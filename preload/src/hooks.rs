@@ -301,8 +301,13 @@ pub fn release(caller: Caller, block: *mut c_void, family: Family, claimed: Opti
                 real::__libc_free(tracked.base);
             }
         }
-        // SAFETY: forwards an untracked pointer to glibc.
-        None => unsafe { real::__libc_free(block) },
+        None => {
+            if lifecycle::starting() {
+                crate::preinit::moved(block, core::ptr::null_mut());
+            }
+            // SAFETY: forwards an untracked pointer to glibc.
+            unsafe { real::__libc_free(block) }
+        }
     }
 }
 
@@ -382,7 +387,11 @@ fn reallocate_untracked(
         .filter(|_| size != 0 && size as u64 <= MAX_TRACKED_SIZE);
     let (Some((recorder, guard)), Some(total)) = (tracking, total) else {
         // SAFETY: forwards the caller's arguments.
-        return unsafe { real::__libc_realloc(block, size) };
+        let moved = unsafe { real::__libc_realloc(block, size) };
+        if lifecycle::starting() && (!moved.is_null() || size == 0) {
+            crate::preinit::moved(block, moved);
+        }
+        return moved;
     };
     let Some(stack) = stack_unless_failed(recorder, &guard, caller, function, size) else {
         return core::ptr::null_mut();

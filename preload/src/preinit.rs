@@ -21,6 +21,22 @@ pub fn note(block: *mut core::ffi::c_void) {
     }
 }
 
+/// Follows a block that start-up code moved (`realloc`): the list holds `moved` instead of
+/// `block` (noted anew if `block` was not in it), or drops `block` if it was freed (`moved`
+/// null). A guard would otherwise take the block's later free, or `realloc`, for invalid:
+/// libraries' constructors that run before memwarden's grow their tables so.
+pub fn moved(block: *mut core::ffi::c_void, moved: *mut core::ffi::c_void) {
+    let count = COUNT.load(Ordering::Acquire).min(CAPACITY);
+    let old = block as u64;
+    let held = BLOCKS[..count].iter().find(|b| {
+        b.compare_exchange(old, moved as u64, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
+    });
+    if held.is_none() {
+        note(moved);
+    }
+}
+
 /// Whether `address` was handed out before start-up.
 pub fn contains(address: u64) -> bool {
     let count = COUNT.load(Ordering::Acquire).min(CAPACITY);
