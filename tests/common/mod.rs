@@ -196,17 +196,16 @@ impl Scratch {
         let source_file = self.write(&format!("{name}.rs"), source);
         let path = self.path.join(&name);
         let rustc = std::env::var_os("RUSTC").unwrap_or_else(|| "rustc".into());
-        let out = Command::new(&rustc)
+        let mut command = Command::new(&rustc);
+        command
             .args(["--edition", "2021", "-O", "-g", "-o"])
             .arg(&path)
-            .arg(&source_file)
-            .output()
-            .unwrap_or_else(|e| panic!("cannot run rustc ({e}); cargo's toolchain provides it"));
-        assert!(
-            out.status.success(),
-            "rustc failed on {}:\n{}",
-            source_file.display(),
-            String::from_utf8_lossy(&out.stderr)
+            .arg(&source_file);
+        run_compiler(
+            command,
+            "rustc",
+            "cargo's toolchain provides it",
+            &source_file,
         );
         Program {
             path,
@@ -226,23 +225,30 @@ impl Scratch {
         let source = format!("{C_PRELUDE}{body}");
         let source_file = self.write(&format!("{name}.{extension}"), &source);
         let path = self.path.join(&name);
-        let out = Command::new(driver)
+        let mut command = Command::new(driver);
+        command
             .args(CFLAGS)
             .args(extra)
             .arg("-o")
             .arg(&path)
             .arg(&source_file)
-            .arg("-ldl")
-            .output()
-            .unwrap_or_else(|e| panic!("cannot run {driver} ({e}); scripts/test.sh installs it"));
-        assert!(
-            out.status.success(),
-            "{driver} failed on {}:\n{}",
-            source_file.display(),
-            String::from_utf8_lossy(&out.stderr)
-        );
+            .arg("-ldl");
+        run_compiler(command, driver, "scripts/test.sh installs it", &source_file);
         Program { path, source }
     }
+}
+
+/// Runs `compiler` (`command`) on `source_file`; a failure fails the test with its messages.
+fn run_compiler(mut command: Command, compiler: &str, where_from: &str, source_file: &Path) {
+    let out = command
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {compiler} ({e}); {where_from}"));
+    assert!(
+        out.status.success(),
+        "{compiler} failed on {}:\n{}",
+        source_file.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 impl Drop for Scratch {
