@@ -52,8 +52,12 @@ static EMERGENCY_WAITS: AtomicU64 = AtomicU64::new(0);
 pub fn on_own_stack<F: FnOnce() -> R, R>(guard: &Guard, work: F) -> R {
     let top = slice_top(guard);
     if top == NO_SLICE {
-        let _taken = crate::spin::lock(&EMERGENCY_TAKEN, &EMERGENCY_WAITS);
         let bottom = (&raw const EMERGENCY).cast::<u8>();
+        if running_below(bottom as u64 + SLICE_BYTES) {
+            // Already on it, and holding its lock.
+            return work();
+        }
+        let _taken = crate::spin::lock(&EMERGENCY_TAKEN, &EMERGENCY_WAITS);
         if !EMERGENCY_NOTED.swap(true, Ordering::Relaxed) {
             // Its words are copies of the program's; they must not keep leaks reachable.
             crate::own_regions::note(bottom, SLICE_BYTES as usize);
@@ -294,13 +298,15 @@ mod tests {
             // SAFETY: this thread's own slot: it now says no slice could be had.
             unsafe { *guard.own_stack_slot() = NO_SLICE };
             let emergency = (&raw const EMERGENCY) as u64;
-            let on_it = on_own_stack(&guard, || {
+            let on_it = || {
                 let sp: u64;
                 // SAFETY: reads the stack pointer.
                 unsafe { core::arch::asm!("mov {}, rsp", out(reg) sp) };
                 sp.wrapping_sub(emergency) < SLICE_BYTES
-            });
-            assert!(on_it);
+            };
+            assert!(on_own_stack(&guard, on_it));
+            // Nested: goes on where it is, without waiting for its own lock.
+            assert!(on_own_stack(&guard, || on_own_stack(&guard, on_it)));
             assert_eq!(EMERGENCY_TAKEN.load(Ordering::Relaxed), 0);
         })
         .join()
