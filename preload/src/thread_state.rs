@@ -79,7 +79,9 @@ impl Guard {
         let cached = self.slot(SLOT_STACK_TOP);
         // SAFETY: this thread's own slot.
         let known = unsafe { *cached };
-        if known != 0 {
+        // A top below `sp` was found on another stack (a coroutine's, say, whose block lies
+        // elsewhere): found again from here.
+        if known > sp {
             return known;
         }
         let top = query_stack_top(sp);
@@ -114,7 +116,11 @@ fn query_stack_top(sp: u64) -> u64 {
     }
     // SAFETY: a word the loader writes before any library runs, and never changes.
     let main_stack_end = unsafe { core::ptr::read_volatile(&raw const __libc_stack_end) } as u64;
-    if sp < main_stack_end {
+    // SAFETY: gettid and getpid have no preconditions.
+    let main_thread = unsafe { libc::gettid() == libc::getpid() };
+    // Another thread on a stack above its control block (a coroutine's) gets no top: its
+    // stacks end there rather than reading across what lies between.
+    if main_thread && sp < main_stack_end {
         main_stack_end
     } else {
         0
