@@ -156,3 +156,25 @@ fn report_on_a_profile_with_impossible_counts_is_an_error() {
         "a profile whose stack count exceeds its capacity",
     );
 }
+
+#[test]
+fn report_past_the_file_size_limit_is_an_error_not_a_kill() {
+    let scratch = Scratch::new("report_file_limit");
+    let (dir, _) = profiled_file(&scratch);
+    // One block (512 bytes or 1 KiB, as the shell counts) per file: report.json is larger.
+    let script = format!(
+        "ulimit -f 1 && exec {} report {}",
+        memwarden().display(),
+        dir.display()
+    );
+    let mut cmd = std::process::Command::new("/bin/sh");
+    cmd.args(["-c", &script]);
+    let outcome = run_watched(cmd, None, WATCHDOG, &scratch);
+
+    assert_one_line_error(&outcome, "memwarden report under ulimit -f 1");
+    assert!(
+        outcome.stderr_text().contains("File too large"),
+        "{}",
+        outcome.stderr_text()
+    );
+}

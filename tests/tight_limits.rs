@@ -111,7 +111,7 @@ fn a_process_with_a_small_address_space_is_profiled_with_smaller_capacities() {
     assert!(
         run.outcome
             .stderr_text()
-            .contains("memwarden: the address space is short (RLIMIT_AS?): this process's profile holds at most "),
+            .contains("memwarden: the process's limits (ulimit -v or -f) leave no room for a full profile: it holds at most "),
         "{}",
         run.outcome.stderr_text()
     );
@@ -132,4 +132,42 @@ fn a_process_with_a_small_address_space_is_profiled_with_smaller_capacities() {
         limited.describe()
     );
     assert_eq!(limited.allocations("limited_block"), 1);
+}
+
+#[test]
+fn a_process_with_a_file_size_limit_is_profiled_and_not_killed() {
+    let scratch = Scratch::new("file_size_limit");
+    let program = scratch.compile("file_size_limit", LIMITED);
+    // 20–40 MB files (512- or 1024-byte blocks, as the shell counts): less than the sparse
+    // profile file at its default capacities. Sizing a file past the limit is SIGXFSZ.
+    let script = format!("ulimit -f 40000 && exec {}", program.arg());
+
+    let run = profile(&scratch, &["/bin/sh", "-c", &script]);
+
+    assert_success(&run.outcome, "memwarden run under ulimit -f");
+    assert_eq!(run.outcome.stdout_text(), "allocated\n");
+    assert!(
+        run.outcome
+            .stderr_text()
+            .contains("leave no room for a full profile: it holds at most "),
+        "{}",
+        run.outcome.stderr_text()
+    );
+    let limited = run
+        .report
+        .processes
+        .iter()
+        .find(|p| {
+            p.argv
+                .first()
+                .is_some_and(|a| a.ends_with("mwt_file_size_limit"))
+        })
+        .unwrap_or_else(|| panic!("no process of the program\n{}", run.report.describe()));
+    assert_eq!(
+        limited.at_peak("limited_block"),
+        700 * KIB + 9,
+        "{}",
+        limited.describe()
+    );
+    assert_eq!(limited.exit, Some(Exit::code(0)), "{}", limited.describe());
 }

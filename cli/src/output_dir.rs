@@ -8,6 +8,14 @@ use memwarden_abi::{PROFILE_EXTENSION, RAW_DIR};
 
 use crate::io_reason as reason;
 
+/// Lets a report file that would pass the file size limit (`ulimit -f`) fail to be written,
+/// with an error that says so, instead of killing memwarden (SIGXFSZ). Called once no
+/// target is left to start: an ignored signal stays ignored across `exec`.
+pub fn fail_writes_past_file_limit() {
+    // SAFETY: SIG_IGN installs no handler code.
+    unsafe { libc::signal(libc::SIGXFSZ, libc::SIG_IGN) };
+}
+
 /// Creates `dir` and `dir/raw`, deletes stale `raw/*.mwp`, checks that both can be written;
 /// returns the absolute path of `dir`.
 pub fn prepare(dir: &Path) -> Result<PathBuf, String> {

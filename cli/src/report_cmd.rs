@@ -7,6 +7,7 @@ use crate::args::ReportArgs;
 
 /// Regenerates every report file in `args.dir` and prints the summary on stdout.
 pub fn report(args: &ReportArgs, colour: bool) -> Result<(), memwarden::Error> {
+    crate::output_dir::fail_writes_past_file_limit();
     let options = memwarden::report::Options {
         top: args.top,
         colour,

@@ -104,6 +104,7 @@ pub fn run(args: &RunArgs, colour: bool) -> Result<i32, String> {
     let child = target
         .spawn()
         .map_err(|e| format!("cannot start {}: {e}", program.display()))?;
+    output_dir::fail_writes_past_file_limit();
     let root = child.id();
     record.root_pid = Some(root);
     let look_ahead = LookAhead::start(&out_dir);

@@ -22,9 +22,11 @@ pub struct Recorder {
 impl Recorder {
     /// Creates the profile file and the in-memory indexes; Err(errno) on failure.
     pub fn create(config: Config, identity: &Identity) -> Result<Recorder, i32> {
-        let layout = layout_for(&config, 0).ok_or(libc::EOVERFLOW)?;
+        let full = layout_for(&config, 0).ok_or(libc::EOVERFLOW)?;
+        let first = shrink_within_file_limit(&config)?;
+        let layout = layout_for(&config, first).ok_or(libc::EOVERFLOW)?;
         let fd = profile_file::create_file(&config.output_dir, identity, &layout)?;
-        let (file, shrink) = match map_within_address_space(fd, &config) {
+        let (file, shrink) = match map_within_address_space(fd, &config, first) {
             Ok(mapped) => mapped,
             Err(errno) => {
                 // SAFETY: closes the fd opened above, which nothing else uses.
@@ -34,7 +36,7 @@ impl Recorder {
             }
         };
         if shrink > 0 {
-            say_capacity(file.layout().stack_capacity, layout.stack_capacity);
+            say_capacity(file.layout().stack_capacity, full.stack_capacity);
         }
         let layout = *file.layout();
         file.write_header(identity);
@@ -199,15 +201,37 @@ fn layout_for(config: &Config, shrink: u32) -> Option<Layout> {
     layout.with_leak_capacity(leaks)
 }
 
-/// Maps the profile file `fd` at the configured capacities or, where the address space is
-/// too short for them (a low `RLIMIT_AS`: the file is sparse, but its mapping counts in
-/// full), at halved ones, up to [`MAX_SHRINK`] times; the file and how often it was halved.
-fn map_within_address_space(fd: i32, config: &Config) -> Result<(ProfileFile, u32), i32> {
-    let mut shrink = 0;
+/// How often the capacities must be halved for the profile file to fit the process's file
+/// size limit (`RLIMIT_FSIZE`, `ulimit -f`): sizing the file past it would not fail quietly
+/// but kill the program (SIGXFSZ). `EFBIG` if even [`MAX_SHRINK`] halvings do not fit.
+fn shrink_within_file_limit(config: &Config) -> Result<u32, i32> {
+    let mut limit = libc::rlimit {
+        rlim_cur: libc::RLIM_INFINITY,
+        rlim_max: libc::RLIM_INFINITY,
+    };
+    // SAFETY: valid out-pointer; on failure the limit stays infinite.
+    unsafe { libc::getrlimit(libc::RLIMIT_FSIZE, &mut limit) };
+    (0..=MAX_SHRINK)
+        .find(|&shrink| {
+            layout_for(config, shrink).is_some_and(|layout| layout.file_size <= limit.rlim_cur)
+        })
+        .ok_or(libc::EFBIG)
+}
+
+/// Maps the profile file `fd` at the capacities halved `first` times or, where the address
+/// space is too short for them (a low `RLIMIT_AS`: the file is sparse, but its mapping counts
+/// in full), at halved ones, up to [`MAX_SHRINK`] times in all; the file and how often the
+/// capacities were halved.
+fn map_within_address_space(
+    fd: i32,
+    config: &Config,
+    first: u32,
+) -> Result<(ProfileFile, u32), i32> {
+    let mut shrink = first;
     loop {
         let layout = layout_for(config, shrink).ok_or(libc::EOVERFLOW)?;
         // SAFETY: `fd` is the profile file, open read-write; it is resized before any use.
-        if shrink > 0 && unsafe { libc::ftruncate(fd, layout.file_size as libc::off_t) } != 0 {
+        if shrink > first && unsafe { libc::ftruncate(fd, layout.file_size as libc::off_t) } != 0 {
             return Err(profile_file::last_errno());
         }
         match ProfileFile::map(fd, layout, &config.output_dir) {
@@ -221,7 +245,7 @@ fn map_within_address_space(fd: i32, config: &Config) -> Result<(ProfileFile, u3
 fn say_capacity(stacks: u64, configured: u64) {
     let (mut held, mut asked) = ([0u8; 20], [0u8; 20]);
     crate::log::say(&[
-        b"the address space is short (RLIMIT_AS?): this process's profile holds at most ",
+        b"the process's limits (ulimit -v or -f) leave no room for a full profile: it holds at most ",
         crate::log::decimal(stacks, &mut held),
         b" distinct stacks instead of ",
         crate::log::decimal(configured, &mut asked),
