@@ -97,16 +97,16 @@ int main(void) {
 }
 "#;
 
-#[test]
-fn a_process_with_a_small_address_space_is_profiled_with_smaller_capacities() {
-    let scratch = Scratch::new("address_space");
-    let program = scratch.compile("address_space", LIMITED);
-    // 400 MB of address space: less than the profile's mapping at its default capacities.
-    let script = format!("ulimit -v 400000 && exec {}", program.arg());
+/// Runs the `LIMITED` program as `mwt_<name>` under the shell's `ulimit <limit>` and checks
+/// what every limit must give: the program's own output, the preload's note of the smaller
+/// profile, and the block's exact bytes at the peak; then `check` on the program's process.
+fn profiled_under_limit(scratch: &Scratch, name: &str, limit: &str, check: impl Fn(&Process)) {
+    let program = scratch.compile(name, LIMITED);
+    let script = format!("ulimit {limit} && exec {}", program.arg());
 
-    let run = profile(&scratch, &["/bin/sh", "-c", &script]);
+    let run = profile(scratch, &["/bin/sh", "-c", &script]);
 
-    assert_success(&run.outcome, "memwarden run under ulimit -v");
+    assert_success(&run.outcome, &format!("memwarden run under ulimit {limit}"));
     assert_eq!(run.outcome.stdout_text(), "allocated\n");
     assert!(
         run.outcome
@@ -115,59 +115,31 @@ fn a_process_with_a_small_address_space_is_profiled_with_smaller_capacities() {
         "{}",
         run.outcome.stderr_text()
     );
-    let limited = run
-        .report
-        .processes
-        .iter()
-        .find(|p| {
-            p.argv
-                .first()
-                .is_some_and(|a| a.ends_with("mwt_address_space"))
-        })
-        .unwrap_or_else(|| panic!("no process of the program\n{}", run.report.describe()));
+    let limited = run.report.process_of(program.arg());
     assert_eq!(
         limited.at_peak("limited_block"),
         700 * KIB + 9,
         "{}",
         limited.describe()
     );
-    assert_eq!(limited.allocations("limited_block"), 1);
+    check(limited);
+}
+
+#[test]
+fn a_process_with_a_small_address_space_is_profiled_with_smaller_capacities() {
+    let scratch = Scratch::new("address_space");
+    // 400 MB of address space: less than the profile's mapping at its default capacities.
+    profiled_under_limit(&scratch, "address_space", "-v 400000", |limited| {
+        assert_eq!(limited.allocations("limited_block"), 1);
+    });
 }
 
 #[test]
 fn a_process_with_a_file_size_limit_is_profiled_and_not_killed() {
     let scratch = Scratch::new("file_size_limit");
-    let program = scratch.compile("file_size_limit", LIMITED);
     // 20–40 MB files (512- or 1024-byte blocks, as the shell counts): less than the sparse
     // profile file at its default capacities. Sizing a file past the limit is SIGXFSZ.
-    let script = format!("ulimit -f 40000 && exec {}", program.arg());
-
-    let run = profile(&scratch, &["/bin/sh", "-c", &script]);
-
-    assert_success(&run.outcome, "memwarden run under ulimit -f");
-    assert_eq!(run.outcome.stdout_text(), "allocated\n");
-    assert!(
-        run.outcome
-            .stderr_text()
-            .contains("leave no room for a full profile: it holds at most "),
-        "{}",
-        run.outcome.stderr_text()
-    );
-    let limited = run
-        .report
-        .processes
-        .iter()
-        .find(|p| {
-            p.argv
-                .first()
-                .is_some_and(|a| a.ends_with("mwt_file_size_limit"))
-        })
-        .unwrap_or_else(|| panic!("no process of the program\n{}", run.report.describe()));
-    assert_eq!(
-        limited.at_peak("limited_block"),
-        700 * KIB + 9,
-        "{}",
-        limited.describe()
-    );
-    assert_eq!(limited.exit, Some(Exit::code(0)), "{}", limited.describe());
+    profiled_under_limit(&scratch, "file_size_limit", "-f 40000", |limited| {
+        assert_eq!(limited.exit, Some(Exit::code(0)), "{}", limited.describe());
+    });
 }

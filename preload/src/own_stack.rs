@@ -252,7 +252,9 @@ pub fn adopt_after_fork(guard: &Guard) {
         let offset = base.wrapping_sub(chunk);
         if chunk != 0 && offset < CHUNK_BYTES {
             let index = number * CHUNK_SLICES + (offset / SLICE_BYTES) as usize;
-            OWNERS[index].store(this_thread_id(), Ordering::Release);
+            if let Some(owner) = OWNERS.get(index) {
+                owner.store(this_thread_id(), Ordering::Release);
+            }
             return;
         }
     }
