@@ -109,4 +109,25 @@ fn a_wrong_size_in_numpys_free_is_a_size_mismatch_and_zero_shapes_are_freed_with
         "{:#?}",
         process.errors
     );
+    // The report printed at once on stderr names the Python frames by their code, and
+    // leaves out the word that marks NumPy data (it is no frame).
+    let stderr = run.outcome.stderr_text();
+    let immediate = stderr
+        .split("SUMMARY: memwarden: size-mismatch")
+        .next()
+        .unwrap_or_default();
+    assert!(
+        immediate.contains("-byte block allocated at:")
+            && immediate.contains(" empty_text (")
+            && immediate.contains(script.path.to_str().unwrap()),
+        "{stderr}"
+    );
+    assert!(
+        !immediate.contains("0xc0000000000000"),
+        "a marker shown:\n{stderr}"
+    );
+    assert!(
+        !immediate.contains(" 0x80000"),
+        "a raw Python frame word:\n{stderr}"
+    );
 }

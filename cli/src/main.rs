@@ -13,6 +13,7 @@ mod preload_lib;
 mod python_env;
 mod report_cmd;
 mod run;
+mod run_signals;
 mod sweep;
 mod sweep_args;
 mod sweep_outcome;

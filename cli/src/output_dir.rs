@@ -1,9 +1,12 @@
 //! Before the run: prepares the output folder the preload writes into — created, writable,
-//! with an empty `raw/` (profiles of an earlier run deleted).
+//! with an empty `raw/` (profiles of an earlier run deleted, and its report files with
+//! them: a run that leaves no report must not seem to have left the last one).
 
 use std::fs;
 use std::path::{Path, PathBuf};
 
+use memwarden::report::folded::Measure;
+use memwarden::report::REPORT_FILE;
 use memwarden_abi::{PROFILE_EXTENSION, RAW_DIR};
 
 use crate::io_reason as reason;
@@ -16,8 +19,8 @@ pub fn fail_writes_past_file_limit() {
     unsafe { libc::signal(libc::SIGXFSZ, libc::SIG_IGN) };
 }
 
-/// Creates `dir` and `dir/raw`, deletes stale `raw/*.mwp`, checks that both can be written;
-/// returns the absolute path of `dir`.
+/// Creates `dir` and `dir/raw`, deletes stale `raw/*.mwp` and the report files of an
+/// earlier run, checks that both can be written; returns the absolute path of `dir`.
 pub fn prepare(dir: &Path) -> Result<PathBuf, String> {
     let shown = dir.display();
     fs::create_dir_all(dir)
@@ -42,10 +45,32 @@ pub fn prepare(dir: &Path) -> Result<PathBuf, String> {
             })?;
         }
     }
+    for stale in report_files(&dir) {
+        match fs::remove_file(&stale) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(format!(
+                    "cannot delete the earlier report file {}: {}",
+                    stale.display(),
+                    reason(&e)
+                ));
+            }
+            _ => {}
+        }
+    }
     for folder in [&dir, &raw] {
         probe_writable(folder)?;
     }
     Ok(dir)
+}
+
+/// The files the report writes into `dir`.
+fn report_files(dir: &Path) -> Vec<PathBuf> {
+    let mut files = vec![dir.join(REPORT_FILE)];
+    for measure in Measure::ALL {
+        files.push(dir.join(measure.folded_file()));
+        files.push(dir.join(measure.svg_file()));
+    }
+    files
 }
 
 /// Creates and deletes a file in `folder`: the only sure test of writability (root,
@@ -66,12 +91,20 @@ mod tests {
     use super::*;
 
     #[test]
-    fn creates_the_folders_and_deletes_only_stale_profiles() {
+    fn creates_the_folders_and_deletes_only_stale_profiles_and_reports() {
         let scratch = tempfile::tempdir().unwrap();
         let dir = scratch.path().join("a/b");
         fs::create_dir_all(dir.join("raw")).unwrap();
         fs::write(dir.join("raw/old.mwp"), b"x").unwrap();
         fs::write(dir.join("raw/notes.txt"), b"x").unwrap();
+        for old_report in [
+            "report.json",
+            "peak.svg",
+            "allocated.folded",
+            "numpy-peak.svg",
+        ] {
+            fs::write(dir.join(old_report), b"x").unwrap();
+        }
         let prepared = prepare(&dir).unwrap();
         assert!(prepared.is_absolute() && prepared.join("raw").is_dir());
         assert!(!dir.join("raw/old.mwp").exists());

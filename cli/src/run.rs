@@ -20,7 +20,7 @@ use memwarden::Exit;
 use crate::args::RunArgs;
 use crate::fail_args::{self, FAIL_VARIABLE, SEED_VARIABLE};
 use crate::look_ahead::LookAhead;
-use crate::{output_dir, preload_lib, python_env, target_check};
+use crate::{output_dir, preload_lib, python_env, run_signals, target_check};
 
 /// Variable naming the output folder, read by the preload.
 const OUTPUT_DIR_VARIABLE: &str = "MEMWARDEN_OUTPUT_DIR";
@@ -99,19 +99,23 @@ pub fn run(args: &RunArgs, colour: bool) -> Result<i32, String> {
             None => target.env_remove(variable),
         };
     }
-    // The child starts with default dispositions: the parent ignores SIGINT and SIGQUIT
-    // only once the child has been spawned.
+    // The child starts with default dispositions: memwarden ignores or relays the
+    // signals meant to stop it only once the child has been spawned (`run_signals`).
     let child = target
         .spawn()
         .map_err(|e| format!("cannot start {}: {e}", program.display()))?;
     output_dir::fail_writes_past_file_limit();
     let root = child.id();
     record.root_pid = Some(root);
+    // Written again at once, so that a run whose memwarden is killed still names its root.
+    if let Err(e) = record.write(&record_path) {
+        say(&format!("memwarden: error: {e}"));
+    }
     let look_ahead = LookAhead::start(&out_dir);
 
-    let previous = ignore_interactive_signals();
+    let relaying = run_signals::while_running(root);
     reap_all(root, &mut record.exits);
-    restore_signals(previous);
+    relaying.stop();
     // Stopped before the profiles are compacted: it reads them.
     let mut symbolizer = look_ahead.map(LookAhead::finish).unwrap_or_default();
 
@@ -234,26 +238,6 @@ fn become_subreaper() -> Result<(), String> {
         return Err(format!("cannot become a child subreaper: {error}"));
     }
     Ok(())
-}
-
-/// Saved dispositions of SIGINT and SIGQUIT.
-struct SavedSignals([libc::sighandler_t; 2]);
-
-const INTERACTIVE_SIGNALS: [libc::c_int; 2] = [libc::SIGINT, libc::SIGQUIT];
-
-/// Like a shell with a foreground job: Ctrl-C and Ctrl-\ are for the target, not for us.
-fn ignore_interactive_signals() -> SavedSignals {
-    // SAFETY: SIG_IGN installs no handler code; `signal` returns the previous disposition.
-    SavedSignals(INTERACTIVE_SIGNALS.map(|s| unsafe { libc::signal(s, libc::SIG_IGN) }))
-}
-
-fn restore_signals(saved: SavedSignals) {
-    for (signal, disposition) in INTERACTIVE_SIGNALS.into_iter().zip(saved.0) {
-        if disposition != libc::SIG_ERR {
-            // SAFETY: restores the disposition `signal` returned earlier for this signal.
-            unsafe { libc::signal(signal, disposition) };
-        }
-    }
 }
 
 /// Waits for every child (the root and, as subreaper, every orphan reparented to us)

@@ -1,10 +1,13 @@
 //! Event → store (guard modes): reports one heap error — recorded in the profile's error
 //! region and written at once to stderr in the sanitizer style CI logs grep for. This runs
-//! on the error path, so it allocates nothing and uses no stdio: frames are printed raw
-//! (address, module and offset); `memwarden run` prints them symbolized when the run ends.
+//! on the error path, so it allocates nothing and uses no stdio: native frames are printed
+//! raw (address, module and offset), Python frames by their code's file and name as the
+//! profile holds them, markers not at all; `memwarden run` prints every frame symbolized
+//! when the run ends.
 
 use core::sync::atomic::Ordering;
 
+use memwarden_abi::python::{self, BlobSpan, CodeRecord, FrameWord};
 use memwarden_abi::{error_kind, ErrorRecord, Header, UNKNOWN_STACK_ID};
 
 use crate::log;
@@ -101,7 +104,9 @@ fn print(recorder: &Recorder, error: &HeapError) {
     log::raw(b"\n");
 }
 
-/// Prints a stored stack as `#i 0xADDRESS (module+0xOFFSET)` lines.
+/// Prints a stored stack, one line per frame: `#i 0xADDRESS (module+0xOFFSET)` for a
+/// native frame, `#i function (file:line)` for a Python frame (`file, instruction N` when
+/// its line is not resolved yet). Marker words are not frames, and are left out.
 fn print_stack(recorder: &Recorder, stack: u32) {
     let frames = recorder.frames_of(stack);
     if frames.is_empty() {
@@ -109,12 +114,29 @@ fn print_stack(recorder: &Recorder, stack: u32) {
         return;
     }
     let snapshot = snapshot::snapshot();
-    for (index, &address) in frames.iter().enumerate() {
+    let mut shown = 0u64;
+    for &word in frames {
         let mut number = [0u8; 20];
         let mut hex = [0u8; 18];
         let mut offset = [0u8; 18];
+        let address = match python::decode(word) {
+            FrameWord::Marker(_) => continue,
+            FrameWord::Native(address) => address,
+            FrameWord::Python {
+                code,
+                value,
+                line_resolved,
+            } => {
+                log::raw(b"    #");
+                log::raw(log::decimal(shown, &mut number));
+                log::raw(b" ");
+                print_python_frame(recorder, code, value, line_resolved);
+                shown += 1;
+                continue;
+            }
+        };
         log::raw(b"    #");
-        log::raw(log::decimal(index as u64, &mut number));
+        log::raw(log::decimal(shown, &mut number));
         log::raw(b" ");
         log::raw(log::hex(address, &mut hex));
         if let Some((path, base)) = snapshot.and_then(|s| s.module_of(address.wrapping_sub(1))) {
@@ -125,5 +147,63 @@ fn print_stack(recorder: &Recorder, stack: u32) {
             log::raw(b")");
         }
         log::raw(b"\n");
+        shown += 1;
     }
+}
+
+/// Prints `qualname (file:line)` of a Python frame, from its code record; `[Python frame]`
+/// when the record is not there (the code table was full).
+fn print_python_frame(recorder: &Recorder, code: u32, value: u32, line_resolved: bool) {
+    let mut digits = [0u8; 20];
+    let Some(record) = code_record(recorder, code) else {
+        log::raw(b"[Python frame]\n");
+        return;
+    };
+    log::raw(blob(recorder, record.qualname).unwrap_or(b"?"));
+    log::raw(b" (");
+    log::raw(blob(recorder, record.filename).unwrap_or(b"?"));
+    log::raw(if line_resolved {
+        b":"
+    } else {
+        b", instruction "
+    });
+    log::raw(log::decimal(u64::from(value), &mut digits));
+    log::raw(b")\n");
+}
+
+/// Code record `index`, if written and published.
+fn code_record(recorder: &Recorder, index: u32) -> Option<CodeRecord> {
+    let file = &recorder.file;
+    let written = file
+        .counter(core::mem::offset_of!(Header, code_count))
+        .load(Ordering::Acquire);
+    if u64::from(index) >= written {
+        return None;
+    }
+    let offset = file.layout().code_offset(u64::from(index));
+    // SAFETY: records below the count lie inside the mapping, are backed, and were written
+    // whole before the count was raised past them (release store, acquire load above).
+    let record = unsafe {
+        file.base()
+            .add(offset as usize)
+            .cast::<CodeRecord>()
+            .read_unaligned()
+    };
+    (record.published != 0).then_some(record)
+}
+
+/// The bytes of `span` in the blob area, if it lies within the part written.
+fn blob(recorder: &Recorder, span: BlobSpan) -> Option<&[u8]> {
+    let file = &recorder.file;
+    let used = file
+        .counter(core::mem::offset_of!(Header, blob_used))
+        .load(Ordering::Acquire);
+    let end = u64::from(span.start).checked_add(u64::from(span.len))?;
+    if end > used {
+        return None;
+    }
+    let start = file.layout().blob_offset + u64::from(span.start);
+    // SAFETY: the span lies within the blob bytes claimed so far, inside the mapping and
+    // backed; a published record's blob bytes were written before it and never change.
+    Some(unsafe { core::slice::from_raw_parts(file.base().add(start as usize), span.len as usize) })
 }

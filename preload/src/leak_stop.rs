@@ -92,7 +92,10 @@ pub fn stop_others() -> Option<Stopped> {
             if tid == own || seen[..stopped.signalled].contains(&tid) {
                 return;
             }
-            if stopped.signalled == MAX_THREADS {
+            if stopped.signalled == MAX_THREADS || blocks_signal(tid, signal) {
+                // A thread that blocks the signal would never answer: waiting for it
+                // would stall the exit for the whole timeout (pyarrow's jemalloc thread
+                // blocks every signal), and sending it would leave it pending for later.
                 stopped.missed += 1;
                 return;
             }
@@ -164,6 +167,58 @@ fn free_signal() -> Option<i32> {
         let read = unsafe { libc::sigaction(signal, core::ptr::null(), &mut current) } == 0;
         read && current.sa_sigaction == libc::SIG_DFL
     })
+}
+
+/// Whether thread `tid` of this process blocks `signal`, as its `SigBlk` line in
+/// `/proc/self/task/TID/status` says; false when that cannot be read.
+fn blocks_signal(tid: u32, signal: i32) -> bool {
+    let mut path = [0u8; 48];
+    let mut digits = [0u8; 20];
+    let parts: [&[u8]; 3] = [
+        b"/proc/self/task/",
+        crate::log::decimal(u64::from(tid), &mut digits),
+        b"/status\0",
+    ];
+    let mut len = 0;
+    for part in parts {
+        path[len..len + part.len()].copy_from_slice(part);
+        len += part.len();
+    }
+    let mut status = [0u8; 4096];
+    // SAFETY: a NUL-terminated path on the stack; the fd is closed below; read into a
+    // buffer of the given size.
+    let got = unsafe {
+        let fd = libc::open(path.as_ptr().cast(), libc::O_RDONLY | libc::O_CLOEXEC);
+        if fd < 0 {
+            return false;
+        }
+        let got = libc::read(fd, status.as_mut_ptr().cast(), status.len());
+        libc::close(fd);
+        got
+    };
+    let Ok(got) = usize::try_from(got) else {
+        return false;
+    };
+    blocked_mask(&status[..got]).is_some_and(|mask| signal >= 1 && mask >> (signal - 1) & 1 == 1)
+}
+
+/// The `SigBlk:` mask of a `/proc/.../status` text.
+fn blocked_mask(status: &[u8]) -> Option<u64> {
+    const KEY: &[u8] = b"SigBlk:";
+    let line = status
+        .split(|&b| b == b'\n')
+        .find(|line| line.starts_with(KEY))?;
+    let mut mask = 0u64;
+    let mut digits = 0;
+    for &byte in line[KEY.len()..]
+        .iter()
+        .skip_while(|b| b.is_ascii_whitespace())
+    {
+        let digit = (byte as char).to_digit(16)?;
+        mask = mask.checked_mul(16)? | u64::from(digit);
+        digits += 1;
+    }
+    (digits > 0).then_some(mask)
 }
 
 /// Calls `each` with every task id in `/proc/self/task`, read with getdents64 into a
@@ -252,4 +307,44 @@ extern "C" fn on_stop_signal(
     }
     RESUMED.fetch_add(1, Ordering::AcqRel);
     errno.restore();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_the_blocked_mask_of_a_status_text() {
+        let status = b"Name:\tpython\nSigQ:\t0/95034\nSigPnd:\t0000000000000000\nSigBlk:\tfffffffe7ffbfeff\nSigIgn:\t0000000001001000\n";
+        assert_eq!(blocked_mask(status), Some(0xffff_fffe_7ffb_feff));
+        assert_eq!(blocked_mask(b"SigBlk:\t0000000000000000\n"), Some(0));
+        assert_eq!(blocked_mask(b"Name:\tx\n"), None);
+        assert_eq!(blocked_mask(b"SigBlk:\tzz\n"), None);
+    }
+
+    #[test]
+    fn a_thread_that_blocks_every_signal_is_seen_to() {
+        let (tid_sender, tid_receiver) = std::sync::mpsc::channel();
+        let (done_sender, done_receiver) = std::sync::mpsc::channel::<()>();
+        let blocker = std::thread::spawn(move || {
+            // SAFETY: blocks every signal in this test thread only; out-pointers valid.
+            unsafe {
+                let mut all: libc::sigset_t = core::mem::zeroed();
+                libc::sigfillset(&mut all);
+                libc::pthread_sigmask(libc::SIG_BLOCK, &all, core::ptr::null_mut());
+            }
+            // SAFETY: gettid has no preconditions.
+            tid_sender.send(unsafe { libc::gettid() } as u32).unwrap();
+            let _ = done_receiver.recv();
+        });
+        let blocking = tid_receiver.recv().unwrap();
+        // SAFETY: gettid has no preconditions.
+        let own = unsafe { libc::gettid() } as u32;
+        let signal = libc::SIGRTMAX();
+        assert!(blocks_signal(blocking, signal));
+        assert!(!blocks_signal(own, signal));
+        assert!(!blocks_signal(u32::MAX, signal), "no such thread");
+        done_sender.send(()).unwrap();
+        blocker.join().unwrap();
+    }
 }

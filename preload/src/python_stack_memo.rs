@@ -11,7 +11,7 @@
 //! false hit needs two different inputs agreeing on those and on a 64-bit hash.
 
 /// Entries per thread, direct-mapped by the key's top bits.
-const ENTRIES: usize = 256;
+const ENTRIES: usize = 4096;
 const INDEX_SHIFT: u32 = 64 - ENTRIES.trailing_zeros();
 
 #[derive(Clone, Copy, Default)]
@@ -58,10 +58,13 @@ impl MergeInputs {
 }
 
 impl MergedMemo {
+    /// An empty memo, made on the heap directly: at 96 KiB it must never pass through
+    /// the hook's stack, and its zero pages cost nothing until the thread fills them.
     pub fn boxed() -> Box<MergedMemo> {
-        Box::new(MergedMemo {
-            entries: [Entry::default(); ENTRIES],
-        })
+        let memo = Box::<MergedMemo>::new_zeroed();
+        // SAFETY: all-zero bytes are a valid MergedMemo: every entry `Entry::default()`,
+        // whose key 0 matches no inputs (their keys are odd).
+        unsafe { memo.assume_init() }
     }
 
     /// The merged stack of `inputs`, if this thread made it lately.

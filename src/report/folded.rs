@@ -41,6 +41,16 @@ impl Measure {
         }
     }
 
+    /// The collapsed stacks' file name: `peak.folded`.
+    pub fn folded_file(self) -> String {
+        format!("{}.folded", self.file_stem())
+    }
+
+    /// The flame graph's file name: `peak.svg`.
+    pub fn svg_file(self) -> String {
+        format!("{}.svg", self.file_stem())
+    }
+
     /// The graph's title.
     pub fn title(self) -> &'static str {
         match self {

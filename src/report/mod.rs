@@ -140,8 +140,10 @@ pub fn generate_loaded(
 
 /// Writes `report.json` and, per measure, `<measure>.folded` and `<measure>.svg` (the
 /// NumPy one too when there is no NumPy data: it then says so). Each file is written on a
-/// thread of its own: drawing a large profile's graphs is most of the report's time, and
-/// the graphs do not depend on one another.
+/// thread of its own: drawing a large profile's graphs is most of the report's time, the
+/// files do not depend on one another, and a measure's folded file and graph each take
+/// about as long (writing one thread per measure left a core idle while the largest
+/// measure finished).
 pub fn write_files(dir: &Path, report: &Report) -> Result<Vec<PathBuf>, Error> {
     let json_path = dir.join(REPORT_FILE);
     let processes = report.processes.len();
@@ -157,22 +159,25 @@ pub fn write_files(dir: &Path, report: &Report) -> Result<Vec<PathBuf>, Error> {
                 serde_json::to_writer(&mut *out, report)?;
                 out.write_all(b"\n")
             })
+            .map(|()| json_path.clone())
         });
         let collapsed = Collapsed::new(report);
-        let graphs = std::thread::scope(|scope| {
-            let graphs: Vec<_> = Measure::ALL
+        let written = std::thread::scope(|scope| {
+            let threads: Vec<_> = Measure::ALL
                 .into_iter()
-                .map(|measure| {
+                .flat_map(|measure| {
                     let (collapsed, subtitle) = (&collapsed, &subtitle);
-                    scope.spawn(move || write_graph(dir, collapsed, measure, subtitle))
+                    [
+                        scope.spawn(move || write_folded(dir, collapsed, measure)),
+                        scope.spawn(move || write_graph(dir, collapsed, measure, subtitle)),
+                    ]
                 })
                 .collect();
-            graphs.into_iter().map(joined).collect::<Vec<_>>()
+            threads.into_iter().map(joined).collect::<Vec<_>>()
         });
-        let mut files = vec![json_path.clone()];
-        joined(json)?;
-        for graph in graphs {
-            files.extend(graph?);
+        let mut files = vec![joined(json)?];
+        for file in written {
+            files.push(file?);
         }
         Ok(files)
     })
@@ -185,24 +190,29 @@ fn joined<T>(thread: std::thread::ScopedJoinHandle<'_, T>) -> T {
         .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
 }
 
-/// Writes `<measure>.folded` and `<measure>.svg`; returns both paths.
+/// Writes `<measure>.folded`; returns its path.
+fn write_folded(dir: &Path, collapsed: &Collapsed, measure: Measure) -> Result<PathBuf, Error> {
+    let path = dir.join(measure.folded_file());
+    write_file(&path, |out| collapsed.write(measure, out))?;
+    Ok(path)
+}
+
+/// Writes `<measure>.svg`; returns its path.
 fn write_graph(
     dir: &Path,
     collapsed: &Collapsed,
     measure: Measure,
     subtitle: &str,
-) -> Result<[PathBuf; 2], Error> {
-    let folded_path = dir.join(format!("{}.folded", measure.file_stem()));
-    write_file(&folded_path, |out| collapsed.write(measure, out))?;
-    let svg_path = dir.join(format!("{}.svg", measure.file_stem()));
+) -> Result<PathBuf, Error> {
+    let path = dir.join(measure.svg_file());
     let lines = collapsed.flame_lines(measure);
     let svg = flamegraph::svg(&lines, measure, subtitle).map_err(|source| Error::Io {
-        path: svg_path.clone(),
+        path: path.clone(),
         action: "draw",
         source,
     })?;
-    write_file(&svg_path, |out| out.write_all(&svg))?;
-    Ok([folded_path, svg_path])
+    write_file(&path, |out| out.write_all(&svg))?;
+    Ok(path)
 }
 
 fn write_file(
