@@ -21,11 +21,11 @@ for component in fmt clippy; do
 done
 
 # The Python environment later issues use (NumPy workloads); cheap to keep ready.
-if ! .venv/bin/python -c 'import numpy, pytest, hypothesis' >/dev/null 2>&1; then
+if ! .venv/bin/python -c 'import numpy, pytest, hypothesis, pyarrow' >/dev/null 2>&1; then
     python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || install_packages python3-venv
     rm -rf .venv
     python3 -m venv .venv
-    .venv/bin/python -m pip install --quiet --disable-pip-version-check numpy pytest hypothesis
+    .venv/bin/python -m pip install --quiet --disable-pip-version-check numpy pytest hypothesis pyarrow
 fi
 
 export CARGO_TERM_COLOR=${CARGO_TERM_COLOR:-never}

@@ -202,7 +202,10 @@ fn a_run_without_a_report_leaves_no_earlier_report_behind() {
     let record: serde_json::Value =
         serde_json::from_slice(&fs::read(first.dir.join("run.json")).unwrap()).unwrap();
     assert_eq!(record["complete"], false, "{record}");
-    assert!(record["root_pid"].as_u64().is_some_and(|pid| pid > 0), "{record}");
+    assert!(
+        record["root_pid"].as_u64().is_some_and(|pid| pid > 0),
+        "{record}"
+    );
     // The profile is there, for `memwarden report`.
     assert!(fs::read_dir(first.dir.join("raw")).unwrap().count() > 0);
 }

@@ -7,6 +7,7 @@ mod args;
 mod fail_args;
 mod guard_args;
 mod leak_args;
+mod library_pools;
 mod look_ahead;
 mod output_dir;
 mod preload_lib;

@@ -20,7 +20,7 @@ use memwarden::Exit;
 use crate::args::RunArgs;
 use crate::fail_args::{self, FAIL_VARIABLE, SEED_VARIABLE};
 use crate::look_ahead::LookAhead;
-use crate::{output_dir, preload_lib, python_env, run_signals, target_check};
+use crate::{library_pools, output_dir, preload_lib, python_env, run_signals, target_check};
 
 /// Variable naming the output folder, read by the preload.
 const OUTPUT_DIR_VARIABLE: &str = "MEMWARDEN_OUTPUT_DIR";
@@ -73,6 +73,9 @@ pub fn run(args: &RunArgs, colour: bool) -> Result<i32, String> {
         .env("LD_PRELOAD", ld_preload)
         .env(OUTPUT_DIR_VARIABLE, &out_dir);
     for (variable, value) in python.iter().flatten() {
+        target.env(variable, value);
+    }
+    for (variable, value) in library_pools::variables(|name| std::env::var_os(name).is_some()) {
         target.env(variable, value);
     }
     if let Some(depth) = args.max_depth {
