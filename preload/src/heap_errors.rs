@@ -7,11 +7,12 @@
 
 use core::sync::atomic::Ordering;
 
-use memwarden_abi::python::{self, BlobSpan, CodeRecord, FrameWord};
+use memwarden_abi::python::{self, FrameWord};
 use memwarden_abi::{error_kind, ErrorRecord, Header, UNKNOWN_STACK_ID};
 
 use crate::log;
 use crate::profile_file::clock_ns;
+use crate::python_code_names::code_names;
 use crate::recorder::Recorder;
 use crate::snapshot;
 
@@ -155,13 +156,13 @@ fn print_stack(recorder: &Recorder, stack: u32) {
 /// when the record is not there (the code table was full).
 fn print_python_frame(recorder: &Recorder, code: u32, value: u32, line_resolved: bool) {
     let mut digits = [0u8; 20];
-    let Some(record) = code_record(recorder, code) else {
+    let Some(names) = code_names(&recorder.file, code) else {
         log::raw(b"[Python frame]\n");
         return;
     };
-    log::raw(blob(recorder, record.qualname).unwrap_or(b"?"));
+    log::raw(names.qualname);
     log::raw(b" (");
-    log::raw(blob(recorder, record.filename).unwrap_or(b"?"));
+    log::raw(names.filename);
     log::raw(if line_resolved {
         b":"
     } else {
@@ -169,41 +170,4 @@ fn print_python_frame(recorder: &Recorder, code: u32, value: u32, line_resolved:
     });
     log::raw(log::decimal(u64::from(value), &mut digits));
     log::raw(b")\n");
-}
-
-/// Code record `index`, if written and published.
-fn code_record(recorder: &Recorder, index: u32) -> Option<CodeRecord> {
-    let file = &recorder.file;
-    let written = file
-        .counter(core::mem::offset_of!(Header, code_count))
-        .load(Ordering::Acquire);
-    if u64::from(index) >= written {
-        return None;
-    }
-    let offset = file.layout().code_offset(u64::from(index));
-    // SAFETY: records below the count lie inside the mapping, are backed, and were written
-    // whole before the count was raised past them (release store, acquire load above).
-    let record = unsafe {
-        file.base()
-            .add(offset as usize)
-            .cast::<CodeRecord>()
-            .read_unaligned()
-    };
-    (record.published != 0).then_some(record)
-}
-
-/// The bytes of `span` in the blob area, if it lies within the part written.
-fn blob(recorder: &Recorder, span: BlobSpan) -> Option<&[u8]> {
-    let file = &recorder.file;
-    let used = file
-        .counter(core::mem::offset_of!(Header, blob_used))
-        .load(Ordering::Acquire);
-    let end = u64::from(span.start).checked_add(u64::from(span.len))?;
-    if end > used {
-        return None;
-    }
-    let start = file.layout().blob_offset + u64::from(span.start);
-    // SAFETY: the span lies within the blob bytes claimed so far, inside the mapping and
-    // backed; a published record's blob bytes were written before it and never change.
-    Some(unsafe { core::slice::from_raw_parts(file.base().add(start as usize), span.len as usize) })
 }

@@ -16,6 +16,7 @@ use memwarden_faults::{calls, parse_rules, site_key, Call, FrameGlob, FrameTarge
 
 use crate::elf_symbols::SymbolCache;
 use crate::profile_file::clock_ns;
+use crate::python_code_names::code_names;
 use crate::recorder::Recorder;
 use crate::snapshot::{self, Snapshot};
 use crate::spin;
@@ -258,8 +259,8 @@ impl Injector {
         let Some(snapshot) = snapshot::snapshot() else {
             return NO;
         };
-        // Native frames only: Python frames and markers are not addresses (and the report
-        // computes its site keys the same way).
+        // The site key is of native frames only: Python frames and markers are not
+        // addresses (and the report computes its site keys the same way).
         let native = |word: &&u64| matches!(decode(**word), FrameWord::Native(_));
         let frames = recorder.frames_of(stack);
         if let Some(wanted) = rule.site {
@@ -284,7 +285,34 @@ impl Injector {
             .iter()
             .chain(&rule.never_in)
             .any(|g| matches!(g.target, FrameTarget::File | FrameTarget::Any));
-        for &ra in frames.iter().filter(native) {
+        // Whether a frame with these names (any of them), file and module is excluded by
+        // a `not-in=`; notes whether it is wanted by an `in=`.
+        let mut excluded = |names: &[&[u8]], file: &[u8], module: &[u8]| {
+            let hit = |globs: &[FrameGlob]| {
+                globs
+                    .iter()
+                    .any(|g| names.iter().any(|name| g.matches(name, file, module)))
+            };
+            any_in |= hit(&rule.only_in);
+            hit(&rule.never_in)
+        };
+        for &word in frames {
+            let ra = match decode(word) {
+                FrameWord::Native(ra) => ra,
+                FrameWord::Python { code, .. } => {
+                    // A Python frame: its function is the code's qualified name or its
+                    // plain name (so a method matches `parse_*` too), its file the path
+                    // Python knew, and it has no module.
+                    let Some(names) = code_names(&recorder.file, code) else {
+                        continue;
+                    };
+                    if excluded(&[names.qualname, names.name], names.filename, b"") {
+                        return NO;
+                    }
+                    continue;
+                }
+                FrameWord::Marker(_) => continue,
+            };
             let call = ra.wrapping_sub(1);
             let (path, base) = snapshot.module_of(call).unwrap_or((b"", 0));
             let module = file_name(path);
@@ -295,15 +323,9 @@ impl Injector {
             } else {
                 String::new()
             };
-            let hit = |globs: &[FrameGlob]| {
-                globs
-                    .iter()
-                    .any(|g| g.matches(function.as_bytes(), file.as_bytes(), module))
-            };
-            if hit(&rule.never_in) {
+            if excluded(&[function.as_bytes()], file.as_bytes(), module) {
                 return NO;
             }
-            any_in |= hit(&rule.only_in);
         }
         if any_in {
             YES

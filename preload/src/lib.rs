@@ -53,6 +53,7 @@ mod page_guard;
 mod preinit;
 mod profile_fd;
 mod profile_file;
+mod python_code_names;
 mod python_codes;
 mod python_layout;
 mod python_runtime;
