@@ -1,7 +1,8 @@
 //! Report stage: the frames a stack shows — symbolized, inline levels expanded, Python
 //! frames as `file:line (function)` — minus what every stack would repeat: the profiler's
 //! own frames, the C start-up code above `main`, and in Python stacks the interpreter's
-//! frames above the innermost Python frame and everything above the outermost one.
+//! frames above the innermost Python frame, everything above the outermost one, and the
+//! import machinery's frames between two Python frames (as Python's tracebacks do).
 
 use memwarden_abi::python::{self, FrameWord};
 
@@ -32,6 +33,16 @@ const PROFILER: u8 = 1;
 const ENTRY: u8 = 2;
 /// The C library's start-up code ([`is_start_up`]).
 const START_UP: u8 = 4;
+/// A Python frame.
+const PYTHON: u8 = 8;
+/// A frame of Python's import machinery ([`is_import_machinery`]).
+const IMPORT_MACHINERY: u8 = 16;
+
+/// The files of Python's import machinery, frozen into the interpreter.
+const IMPORT_MACHINERY_FILES: [&str; 2] = [
+    "<frozen importlib._bootstrap>",
+    "<frozen importlib._bootstrap_external>",
+];
 
 /// What [`trim`] needs to know of a frame, as bits.
 pub(crate) fn frame_flags(frame: &Frame) -> u8 {
@@ -39,6 +50,8 @@ pub(crate) fn frame_flags(frame: &Frame) -> u8 {
     bit(is_profiler_frame(frame), PROFILER)
         | bit(is_entry(frame), ENTRY)
         | bit(is_start_up(frame), START_UP)
+        | bit(frame.kind == FrameKind::Python, PYTHON)
+        | bit(is_import_machinery(frame), IMPORT_MACHINERY)
 }
 
 /// The frames of the frame words of one stack of the table's process, innermost first, as
@@ -138,12 +151,22 @@ pub(crate) fn is_entry(frame: &Frame) -> bool {
 
 /// Drops the profiler's frames, and every frame outside the first (innermost) `main`;
 /// without a `main` (a `main` that tail-calls, like CPython's `Py_BytesMain`), the C
-/// start-up frames that end the stack.
+/// start-up frames that end the stack. Drops the frames of Python's import machinery but
+/// the innermost Python frame: between the line that imports and the module's own code
+/// they only say "importing" (five frames per level of import, with lines of their own
+/// that split one import's memory into many stacks), while as the innermost Python frame
+/// they say what the machinery itself allocated (reading or compiling a module).
 /// `flags` gives each frame's [`frame_flags`].
 fn trim<T>(frames: Vec<T>, flags: impl Fn(&T) -> u8) -> Vec<T> {
+    let innermost_python = frames.iter().position(|f| flags(f) & PYTHON != 0);
     let mut shown: Vec<T> = frames
         .into_iter()
-        .filter(|f| flags(f) & PROFILER == 0)
+        .enumerate()
+        .filter(|(index, f)| {
+            let machinery = flags(f) & IMPORT_MACHINERY != 0 && Some(*index) != innermost_python;
+            flags(f) & PROFILER == 0 && !machinery
+        })
+        .map(|(_, f)| f)
         .collect();
     if let Some(entry) = shown.iter().position(|f| flags(f) & ENTRY != 0) {
         shown.truncate(entry + 1);
@@ -167,6 +190,15 @@ fn is_profiler_frame(frame: &Frame) -> bool {
             .as_deref()
             .is_some_and(|f| f.ends_with(PROFILER_PYTHON_HOOK)),
     }
+}
+
+/// A frame of Python's import machinery (`importlib._bootstrap`, frozen).
+fn is_import_machinery(frame: &Frame) -> bool {
+    frame.kind == FrameKind::Python
+        && frame
+            .file
+            .as_deref()
+            .is_some_and(|f| IMPORT_MACHINERY_FILES.contains(&f))
 }
 
 /// The C library's start-up code, outer to `main`.
@@ -305,7 +337,12 @@ mod tests {
 
         /// The labels of the frames shown for `words` in a `python3` process.
         fn labels(words: &[u64]) -> Vec<String> {
-            let profile = ProfileBuilder::new(1)
+            labels_with(&[code("make"), code("main"), code("<module>")], words)
+        }
+
+        /// [`labels`], the process's code records being `codes`.
+        fn labels_with(codes: &[SyntheticCode], words: &[u64]) -> Vec<String> {
+            let mut builder = ProfileBuilder::new(1)
                 .module(SyntheticModule::at(
                     "/usr/bin/python3.11",
                     PYTHON,
@@ -317,12 +354,11 @@ mod tests {
                     0,
                 ))
                 .module(SyntheticModule::at("/lib/libc.so.6", LIBC, 0))
-                .module(SyntheticModule::at("/np/_multiarray_umath.so", NUMPY, 0))
-                .python_code(code("make"))
-                .python_code(code("main"))
-                .python_code(code("<module>"))
-                .stack(words, stack_record())
-                .build_profile();
+                .module(SyntheticModule::at("/np/_multiarray_umath.so", NUMPY, 0));
+            for code in codes {
+                builder = builder.python_code(code.clone());
+            }
+            let profile = builder.stack(words, stack_record()).build_profile();
             shown_report_frames(&profile, words)
                 .iter()
                 .map(FrameReport::label)
@@ -363,6 +399,53 @@ mod tests {
                     "0x50000030 [_multiarray_umath.so]",
                     "script.py:9 (main)",
                     "script.py:12 (<module>)",
+                ]
+            );
+        }
+
+        #[test]
+        fn the_import_machinery_is_hidden_unless_it_allocated_itself() {
+            let in_file = |file: &str, qualname: &str| SyntheticCode {
+                filename: file.into(),
+                ..code(qualname)
+            };
+            const EXTERNAL: &str = "<frozen importlib._bootstrap_external>";
+            let codes = [
+                in_file(EXTERNAL, "_compile_bytecode"),
+                in_file(EXTERNAL, "_LoaderBasics.exec_module"),
+                in_file("<frozen importlib._bootstrap>", "_call_with_frames_removed"),
+                in_file("/work/heavy.py", "<module>"),
+                in_file("/work/script.py", "<module>"),
+            ];
+            // `import heavy` at script.py:3, and heavy.py's first line allocating.
+            let importing = [
+                python_frame(1, 940, true),
+                python_frame(2, 241, true),
+                python_frame(4, 3, true),
+            ];
+            let by_module: Vec<u64> = [LIBPYTHON + 0x10, python_frame(3, 1, true)]
+                .into_iter()
+                .chain(importing)
+                .collect();
+            assert_eq!(
+                labels_with(&codes, &by_module),
+                [
+                    "0x20000010 [libpython3.11.so.1.0]",
+                    "heavy.py:1 (<module>)",
+                    "script.py:3 (<module>)",
+                ]
+            );
+            // The machinery compiling heavy.py: its own frame stays, as the innermost.
+            let by_machinery: Vec<u64> = [LIBPYTHON + 0x10, python_frame(0, 729, true)]
+                .into_iter()
+                .chain(importing)
+                .collect();
+            assert_eq!(
+                labels_with(&codes, &by_machinery),
+                [
+                    "0x20000010 [libpython3.11.so.1.0]",
+                    "<frozen importlib._bootstrap_external>:729 (_compile_bytecode)",
+                    "script.py:3 (<module>)",
                 ]
             );
         }
