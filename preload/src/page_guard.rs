@@ -16,6 +16,7 @@ use crate::heap_errors::{self, HeapError};
 use crate::hooks::page_size;
 use crate::quarantine::Quarantine;
 use crate::recorder::Recorder;
+use crate::thread_state::single_threaded;
 
 /// One page-guarded block.
 struct PageBlock {
@@ -45,7 +46,8 @@ pub struct PageGuard {
     settings: PageSettings,
     blocks: AddressMap,
     quarantine: Quarantine,
-    calls: AtomicU64,
+    /// Calls left until the next sampled one (sampled mode).
+    calls_left: AtomicU64,
     guarded: AtomicUsize,
     /// The lowest and highest addresses ever handed out, so most frees skip the map.
     lowest: AtomicU64,
@@ -72,16 +74,37 @@ pub fn install(settings: PageSettings, waits: &'static AtomicU64) -> bool {
         return false;
     };
     let guard = PageGuard {
+        calls_left: AtomicU64::new(settings.sample_rate.max(1)),
         settings,
         blocks,
         quarantine,
-        calls: AtomicU64::new(0),
         guarded: AtomicUsize::new(0),
         lowest: AtomicU64::new(u64::MAX),
         highest: AtomicU64::new(0),
         waits,
     };
     PAGE_GUARD.store(Box::into_raw(Box::new(guard)), Ordering::Release);
+    true
+}
+
+/// Counts one call: true for every `rate`-th (the rate-th, 2·rate-th… call of the process).
+/// It runs on every allocation, so without a division, and without a locked instruction
+/// while the process has one thread (no other thread can race then). With threads, exactly
+/// one call takes the count from 1 to 0 and puts it back to `rate`; calls counted by other
+/// threads meanwhile are forgotten, which a sample does not mind.
+#[inline(always)]
+fn count_down(left: &AtomicU64, rate: u64) -> bool {
+    let before = if single_threaded() {
+        let before = left.load(Ordering::Relaxed);
+        left.store(before.wrapping_sub(1), Ordering::Relaxed);
+        before
+    } else {
+        left.fetch_sub(1, Ordering::Relaxed)
+    };
+    if before != 1 {
+        return false;
+    }
+    left.store(rate, Ordering::Relaxed);
     true
 }
 
@@ -119,8 +142,7 @@ impl PageGuard {
             }
             return room;
         }
-        let due = (self.calls.fetch_add(1, Ordering::Relaxed) + 1).is_multiple_of(rate);
-        due && size <= page_size() * 16 && room
+        count_down(&self.calls_left, rate) && size <= page_size() * 16 && room
     }
 
     /// Makes a page-guarded block; null if the system has no memory for it.
@@ -349,5 +371,20 @@ impl PageGuard {
     pub fn unlock_after_fork(&self) {
         self.blocks.unlock_all();
         self.quarantine.unlock_after_fork();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_rate_th_call_is_sampled() {
+        let left = AtomicU64::new(3);
+        let due: Vec<bool> = (0..9).map(|_| count_down(&left, 3)).collect();
+        assert_eq!(
+            due,
+            [false, false, true, false, false, true, false, false, true]
+        );
     }
 }
