@@ -1,5 +1,6 @@
 //! How the run ends: `memwarden run` exits with the target's status (128+signal when it
-//! was killed), and the profile of a process that dies by SIGKILL or a crash survives.
+//! was killed), the profile of a process that dies by SIGKILL or a crash survives, and a
+//! child killed by a signal and reaped by its parent shows that signal.
 
 mod common;
 use common::*;
@@ -138,17 +139,66 @@ fn a_segfaulting_child_keeps_its_profile() {
         "{}",
         child.describe()
     );
-    // The parent reaped the child, so the report may not know the signal; it must not
-    // claim a normal exit.
-    assert!(
-        matches!(
+    // The parent reaped the child: its waitpid wrote the signal into the child's profile.
+    assert_eq!(child.exit, Some(Exit::signal(11)), "{}", child.describe());
+}
+
+/// GIVEN a parent whose forked child allocates in child_alloc(), then waits; the parent
+/// ends it with SIGTERM and reaps it with the call argv[1] names: "waitpid", "wait" (with a
+/// null status) or "waitid".
+const TERMINATED_CHILD: &str = r#"
+#include <signal.h>
+#include <stdio.h>
+#include <sys/wait.h>
+NOINLINE void child_alloc(void) { keep(malloc(2 * MiB + 3)); }
+int main(int argc, char **argv) {
+    int ready[2];
+    if (argc < 2 || pipe(ready) != 0) return 2;
+    pid_t pid = fork();
+    if (pid == 0) {
+        child_alloc();
+        if (write(ready[1], "r", 1) != 1) _exit(3);
+        for (;;) pause();
+    }
+    char byte;
+    if (read(ready[0], &byte, 1) != 1) return 4;
+    kill(pid, SIGTERM);
+    if (strcmp(argv[1], "waitpid") == 0) {
+        int status = 0;
+        if (waitpid(pid, &status, 0) != pid || WTERMSIG(status) != SIGTERM) return 5;
+    } else if (strcmp(argv[1], "wait") == 0) {
+        if (wait(NULL) != pid) return 6;
+    } else {
+        siginfo_t info;
+        if (waitid(P_PID, pid, &info, WEXITED) != 0 || info.si_status != SIGTERM) return 7;
+    }
+    printf("reaped with %s\n", argv[1]);
+    return 0;
+}
+"#;
+
+#[test]
+fn a_child_its_parent_kills_and_reaps_shows_the_signal() {
+    let scratch = Scratch::new("terminated_child");
+    let prog = scratch.compile("terminated_child", TERMINATED_CHILD);
+    for call in ["waitpid", "wait", "waitid"] {
+        let run = profile(&scratch, &[prog.arg(), call]);
+
+        assert_success(&run.outcome, call);
+        assert_eq!(run.outcome.stdout_text(), format!("reaped with {call}\n"));
+        let r = &run.report;
+        let child = r.processes.iter().find(|p| p.forked).expect("the child");
+        assert_eq!(
             child.exit,
-            None | Some(Exit {
-                code: None,
-                signal: Some(11)
-            })
-        ),
-        "a segfaulted child's exit is {{\"signal\": 11}} or unknown, not {:?}",
-        child.exit
-    );
+            Some(Exit::signal(15)),
+            "{call}: {}",
+            child.describe()
+        );
+        assert_eq!(
+            child.live("child_alloc"),
+            2 * MIB + 3,
+            "{}",
+            child.describe()
+        );
+    }
 }

@@ -221,43 +221,13 @@ fn blocked_mask(status: &[u8]) -> Option<u64> {
     (digits > 0).then_some(mask)
 }
 
-/// Calls `each` with every task id in `/proc/self/task`, read with getdents64 into a
-/// buffer on the stack.
+/// Calls `each` with every task id in `/proc/self/task`.
 fn for_each_task(mut each: impl FnMut(u32)) {
-    // SAFETY: NUL-terminated path; a directory fd closed below.
-    let fd = unsafe {
-        libc::open(
-            c"/proc/self/task".as_ptr(),
-            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
-        )
-    };
-    if fd < 0 {
-        return;
-    }
-    let mut buffer = [0u8; 4096];
-    loop {
-        // SAFETY: getdents64 into a buffer of the given size.
-        let got =
-            unsafe { libc::syscall(libc::SYS_getdents64, fd, buffer.as_mut_ptr(), buffer.len()) };
-        if got <= 0 {
-            break;
+    crate::dir_names::for_each_name(c"/proc/self/task", |name| {
+        if let Some(tid) = crate::config::parse_decimal(name) {
+            each(tid as u32);
         }
-        let mut at = 0usize;
-        while at + 19 < got as usize {
-            let record = u16::from_ne_bytes([buffer[at + 16], buffer[at + 17]]) as usize;
-            if record == 0 {
-                break;
-            }
-            let name = &buffer[at + 19..(at + record).min(got as usize)];
-            let name = &name[..name.iter().position(|&b| b == 0).unwrap_or(name.len())];
-            if let Some(tid) = crate::config::parse_decimal(name) {
-                each(tid as u32);
-            }
-            at += record;
-        }
-    }
-    // SAFETY: closes the fd opened above.
-    unsafe { libc::close(fd) };
+    });
 }
 
 /// The stop signal's handler: records this thread's registers, answers, and waits for the

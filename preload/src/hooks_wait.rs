@@ -1,0 +1,235 @@
+//! Interposed calls: the `wait` family. When the program reaps a child that ended, the
+//! child's end goes into the child's profile if the child could not record it itself: a
+//! signal that kills a process runs none of its code (`multiprocessing` ends its pool's
+//! workers with SIGTERM), and `memwarden run` reaps only its own child and the orphans, so
+//! such a child's report said "exit unknown". An end the child recorded is left alone.
+//!
+//! Each call goes to the next definition (glibc's) unchanged, with the caller's arguments;
+//! only a status pointer the caller left null is replaced by one of ours, to read the
+//! status, and errno is kept as the call left it.
+
+use core::ffi::{c_int, CStr};
+use core::mem::offset_of;
+use std::ffi::CString;
+
+use memwarden_abi::{exit_kind, Header, MAGIC, PROFILE_EXTENSION, RAW_DIR};
+
+use crate::dir_names::for_each_name;
+use crate::lifecycle;
+use crate::profile_file::clock_ns;
+use crate::real::{NextSymbol, SavedErrno};
+
+type WaitpidFn = unsafe extern "C" fn(libc::pid_t, *mut c_int, c_int) -> libc::pid_t;
+type Wait4Fn =
+    unsafe extern "C" fn(libc::pid_t, *mut c_int, c_int, *mut libc::rusage) -> libc::pid_t;
+type WaitidFn =
+    unsafe extern "C" fn(libc::idtype_t, libc::id_t, *mut libc::siginfo_t, c_int) -> c_int;
+
+static REAL_WAITPID: NextSymbol = NextSymbol::new(c"waitpid");
+static REAL_WAIT4: NextSymbol = NextSymbol::new(c"wait4");
+static REAL_WAITID: NextSymbol = NextSymbol::new(c"waitid");
+
+/// # Safety
+/// The C contract of `waitpid`.
+#[no_mangle]
+pub unsafe extern "C" fn waitpid(
+    pid: libc::pid_t,
+    status: *mut c_int,
+    options: c_int,
+) -> libc::pid_t {
+    let real = REAL_WAITPID.get();
+    if real == 0 {
+        return no_such_call();
+    }
+    // SAFETY: glibc's waitpid, found by name, has this signature.
+    let real: WaitpidFn = unsafe { core::mem::transmute::<usize, WaitpidFn>(real) };
+    let mut own = 0;
+    let out = if status.is_null() { &mut own } else { status };
+    // SAFETY: forwards the caller's arguments; `out` is valid for an int write.
+    let reaped = unsafe { real(pid, out, options) };
+    if reaped > 0 {
+        // SAFETY: the call succeeded, so it wrote the status.
+        note_status(reaped, unsafe { *out });
+    }
+    reaped
+}
+
+/// # Safety
+/// The C contract of `wait`.
+#[no_mangle]
+pub unsafe extern "C" fn wait(status: *mut c_int) -> libc::pid_t {
+    // SAFETY: `wait(s)` is `waitpid(-1, s, 0)`; the caller's contract carries over.
+    unsafe { waitpid(-1, status, 0) }
+}
+
+/// # Safety
+/// The C contract of `wait4`.
+#[no_mangle]
+pub unsafe extern "C" fn wait4(
+    pid: libc::pid_t,
+    status: *mut c_int,
+    options: c_int,
+    usage: *mut libc::rusage,
+) -> libc::pid_t {
+    let real = REAL_WAIT4.get();
+    if real == 0 {
+        return no_such_call();
+    }
+    // SAFETY: glibc's wait4, found by name, has this signature.
+    let real: Wait4Fn = unsafe { core::mem::transmute::<usize, Wait4Fn>(real) };
+    let mut own = 0;
+    let out = if status.is_null() { &mut own } else { status };
+    // SAFETY: forwards the caller's arguments; `out` is valid for an int write.
+    let reaped = unsafe { real(pid, out, options, usage) };
+    if reaped > 0 {
+        // SAFETY: the call succeeded, so it wrote the status.
+        note_status(reaped, unsafe { *out });
+    }
+    reaped
+}
+
+/// # Safety
+/// The C contract of `wait3`.
+#[no_mangle]
+pub unsafe extern "C" fn wait3(
+    status: *mut c_int,
+    options: c_int,
+    usage: *mut libc::rusage,
+) -> libc::pid_t {
+    // SAFETY: `wait3` is `wait4` of any child; the caller's contract carries over.
+    unsafe { wait4(-1, status, options, usage) }
+}
+
+/// # Safety
+/// The C contract of `waitid`.
+#[no_mangle]
+pub unsafe extern "C" fn waitid(
+    idtype: libc::idtype_t,
+    id: libc::id_t,
+    info: *mut libc::siginfo_t,
+    options: c_int,
+) -> c_int {
+    let real = REAL_WAITID.get();
+    if real == 0 {
+        return no_such_call();
+    }
+    // SAFETY: glibc's waitid, found by name, has this signature.
+    let real: WaitidFn = unsafe { core::mem::transmute::<usize, WaitidFn>(real) };
+    // SAFETY: forwards the caller's arguments.
+    let result = unsafe { real(idtype, id, info, options) };
+    if result == 0 && !info.is_null() && options & libc::WNOWAIT == 0 {
+        // SAFETY: the call succeeded and filled `info` (si_pid 0: no child was ready).
+        let (pid, code, status) =
+            unsafe { ((*info).si_pid(), (*info).si_code, (*info).si_status()) };
+        let end = match code {
+            libc::CLD_EXITED => Some((exit_kind::CODE, status)),
+            libc::CLD_KILLED | libc::CLD_DUMPED => Some((exit_kind::SIGNAL, status)),
+            _ => None,
+        };
+        if let (true, Some((kind, value))) = (pid > 0, end) {
+            note_end(pid, kind, value);
+        }
+    }
+    result
+}
+
+/// A call whose original cannot be found fails as a missing system call would.
+fn no_such_call<T: From<i8>>() -> T {
+    // SAFETY: the calling thread's errno slot.
+    unsafe { *libc::__errno_location() = libc::ENOSYS };
+    T::from(-1)
+}
+
+/// Notes the end that a wait status says, if it is one (not a stop or a continue).
+fn note_status(pid: libc::pid_t, status: c_int) {
+    if libc::WIFEXITED(status) {
+        note_end(pid, exit_kind::CODE, libc::WEXITSTATUS(status));
+    } else if libc::WIFSIGNALED(status) {
+        note_end(pid, exit_kind::SIGNAL, libc::WTERMSIG(status));
+    }
+}
+
+/// Writes how child `pid` ended into its profile (the one it started last), unless it
+/// recorded its end itself. Errno is kept; any failure just leaves the profile as it was.
+fn note_end(pid: libc::pid_t, kind: u32, value: c_int) {
+    let Some(recorder) = lifecycle::recorder() else {
+        return;
+    };
+    let errno = SavedErrno::save();
+    if let Some(path) = latest_profile_of(&recorder.config.output_dir, pid as u32) {
+        write_end_if_unknown(&path, pid as u32, kind, value);
+    }
+    errno.restore();
+}
+
+/// `DIR/raw/PID-START.mwp` with the latest START for `pid`, NUL-terminated: a process that
+/// called `exec` has one profile per image, and its end is the last image's.
+fn latest_profile_of(dir: &[u8], pid: u32) -> Option<CString> {
+    let mut raw = dir.to_vec();
+    raw.push(b'/');
+    raw.extend_from_slice(RAW_DIR.as_bytes());
+    let raw = CString::new(raw).ok()?;
+    let prefix = format!("{pid}-");
+    let suffix = format!(".{PROFILE_EXTENSION}");
+    let mut latest: Option<(u64, Vec<u8>)> = None;
+    for_each_name(&raw, |name| {
+        let start = name
+            .strip_prefix(prefix.as_bytes())
+            .and_then(|rest| rest.strip_suffix(suffix.as_bytes()))
+            .and_then(crate::config::parse_decimal);
+        if let Some(start) = start {
+            if latest.as_ref().is_none_or(|(known, _)| start > *known) {
+                latest = Some((start, name.to_vec()));
+            }
+        }
+    });
+    let (_, name) = latest?;
+    let mut path = raw.into_bytes();
+    path.push(b'/');
+    path.extend_from_slice(&name);
+    CString::new(path).ok()
+}
+
+/// Writes the end into the profile at `path` if it is `pid`'s and records
+/// no end yet; its end time too, if it has none.
+fn write_end_if_unknown(path: &CStr, pid: u32, kind: u32, value: c_int) {
+    // SAFETY: a NUL-terminated path; the descriptor is closed below.
+    let fd = unsafe { libc::open(path.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return;
+    }
+    let read = |offset: usize, into: &mut [u8]| {
+        // SAFETY: reads into a buffer of the given length from our own descriptor.
+        let got = unsafe { libc::pread(fd, into.as_mut_ptr().cast(), into.len(), offset as i64) };
+        got == into.len() as isize
+    };
+    let write = |offset: usize, bytes: &[u8]| {
+        // SAFETY: writes a buffer of the given length to our own descriptor.
+        unsafe { libc::pwrite(fd, bytes.as_ptr().cast(), bytes.len(), offset as i64) };
+    };
+    let (mut magic, mut owner, mut recorded) = ([0u8; 8], [0u8; 4], [0u8; 4]);
+    let (mut start, mut end) = ([0u8; 8], [0u8; 8]);
+    let readable = read(offset_of!(Header, magic), &mut magic)
+        && read(offset_of!(Header, pid), &mut owner)
+        && read(offset_of!(Header, exit_kind), &mut recorded)
+        && read(offset_of!(Header, start_monotonic_ns), &mut start)
+        && read(offset_of!(Header, end_time_ns), &mut end);
+    let unknown = readable
+        && magic == MAGIC
+        && u32::from_ne_bytes(owner) == pid
+        && u32::from_ne_bytes(recorded) == exit_kind::UNKNOWN;
+    if unknown {
+        write(offset_of!(Header, exit_value), &value.to_ne_bytes());
+        write(offset_of!(Header, exit_kind), &kind.to_ne_bytes());
+        if u64::from_ne_bytes(end) == 0 {
+            // Reaped now: it ended at most this long after it started.
+            let started = u64::from_ne_bytes(start);
+            let lasted = clock_ns(libc::CLOCK_MONOTONIC)
+                .saturating_sub(started)
+                .max(1);
+            write(offset_of!(Header, end_time_ns), &lasted.to_ne_bytes());
+        }
+    }
+    // SAFETY: closes the descriptor opened above.
+    unsafe { libc::close(fd) };
+}
