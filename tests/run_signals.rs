@@ -91,14 +91,19 @@ fn signal(target: &str, pid: u32) {
     assert!(status.success(), "kill -TERM {target}");
 }
 
-fn report_of(dir: &Path, outcome: &Outcome) -> Report {
-    Report::load(&dir.join("report.json")).unwrap_or_else(|e| {
+/// The run left a report in `dir`, where the command ended with `exit` and held
+/// held_alloc's block at the peak.
+fn assert_reported(dir: &Path, outcome: &Outcome, exit: Exit) {
+    let report = Report::load(&dir.join("report.json")).unwrap_or_else(|e| {
         panic!(
             "no report after the signal ({e}); exit {:?}, stderr:\n{}",
             outcome.status,
             outcome.stderr_text()
         )
-    })
+    });
+    let p = report.only_process();
+    assert_eq!(p.exit, Some(exit), "{}", p.describe());
+    assert_eq!(p.at_peak("held_alloc"), 3 * MIB + 7, "{}", p.describe());
 }
 
 #[test]
@@ -126,10 +131,7 @@ fn sigterm_to_memwarden_alone_stops_the_command_and_the_report_is_written() {
     let outcome = finish(&scratch, run);
 
     assert_eq!(outcome.code(), 128 + 15, "{}", outcome.stderr_text());
-    let report = report_of(&dir, &outcome);
-    let p = report.only_process();
-    assert_eq!(p.exit, Some(Exit::signal(15)), "{}", p.describe());
-    assert_eq!(p.at_peak("held_alloc"), 3 * MIB + 7, "{}", p.describe());
+    assert_reported(&dir, &outcome, Exit::signal(15));
 }
 
 #[test]
@@ -159,10 +161,7 @@ fn sigterm_from_timeout_reaches_the_command_once() {
 
     assert_eq!(outcome.code(), 0, "{}", outcome.stderr_text());
     assert_eq!(outcome.stdout_text(), "ready\nterms: 1\n", "delivered once");
-    let report = report_of(&dir, &outcome);
-    let p = report.only_process();
-    assert_eq!(p.exit, Some(Exit::code(0)), "{}", p.describe());
-    assert_eq!(p.at_peak("held_alloc"), 3 * MIB + 7, "{}", p.describe());
+    assert_reported(&dir, &outcome, Exit::code(0));
 }
 
 #[test]
