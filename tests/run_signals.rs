@@ -48,6 +48,22 @@ fn start(scratch: &Scratch, argv: &[&str]) -> Child {
     command.spawn().unwrap()
 }
 
+/// `memwarden run -o DIR -- PROGRAM` started as [`start`] does, once the program is ready.
+fn start_run(scratch: &Scratch, dir: &Path, program: &str) -> Child {
+    let memwarden = memwarden();
+    let argv = [
+        memwarden.to_str().unwrap(),
+        "run",
+        "-o",
+        dir.to_str().unwrap(),
+        "--",
+        program,
+    ];
+    let run = start(scratch, &argv);
+    wait_for_stdout(scratch, "ready");
+    run
+}
+
 /// Waits until the started command has written `line` on its stdout.
 fn wait_for_stdout(scratch: &Scratch, line: &str) {
     let started = Instant::now();
@@ -111,19 +127,7 @@ fn sigterm_to_memwarden_alone_stops_the_command_and_the_report_is_written() {
     let scratch = Scratch::new("sigterm_relayed");
     let prog = scratch.compile("waiter", WAITER);
     let dir = scratch.out_dir();
-    let dir_arg = dir.to_str().unwrap();
-    let run = start(
-        &scratch,
-        &[
-            memwarden().to_str().unwrap(),
-            "run",
-            "-o",
-            dir_arg,
-            "--",
-            prog.arg(),
-        ],
-    );
-    wait_for_stdout(&scratch, "ready");
+    let run = start_run(&scratch, &dir, prog.arg());
 
     // The signal goes to memwarden's pid only: without memwarden passing it on, the
     // command would wait for ever.
@@ -172,20 +176,7 @@ fn a_run_without_a_report_leaves_no_earlier_report_behind() {
     assert!(first.dir.join("report.json").exists());
 
     // The second run into the same folder is killed, memwarden with it: no report.
-    let dir_arg = first.dir.to_str().unwrap();
-    let memwarden = memwarden();
-    let run = start(
-        &scratch,
-        &[
-            memwarden.to_str().unwrap(),
-            "run",
-            "-o",
-            dir_arg,
-            "--",
-            prog.arg(),
-        ],
-    );
-    wait_for_stdout(&scratch, "ready");
+    let run = start_run(&scratch, &first.dir, prog.arg());
     let group = format!("-{}", run.id());
     let status = Command::new("kill").args(["-KILL", "--", &group]).status();
     assert!(status.unwrap().success());

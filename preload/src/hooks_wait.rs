@@ -4,9 +4,10 @@
 //! workers with SIGTERM), and `memwarden run` reaps only its own child and the orphans, so
 //! such a child's report said "exit unknown". An end the child recorded is left alone.
 //!
-//! Each call goes to the next definition (glibc's) unchanged, with the caller's arguments;
-//! only a status pointer the caller left null is replaced by one of ours, to read the
-//! status, and errno is kept as the call left it.
+//! `waitpid`, `wait` and `wait3` are `wait4` with fixed arguments, as in glibc; `wait4`
+//! and `waitid` go to the next definition (glibc's) with the caller's arguments. Only a
+//! status pointer the caller left null is replaced by one of ours, to read the status, and
+//! errno is kept as the call left it.
 
 use core::ffi::{c_int, CStr};
 use core::mem::offset_of;
@@ -19,13 +20,11 @@ use crate::lifecycle;
 use crate::profile_file::clock_ns;
 use crate::real::{NextSymbol, SavedErrno};
 
-type WaitpidFn = unsafe extern "C" fn(libc::pid_t, *mut c_int, c_int) -> libc::pid_t;
 type Wait4Fn =
     unsafe extern "C" fn(libc::pid_t, *mut c_int, c_int, *mut libc::rusage) -> libc::pid_t;
 type WaitidFn =
     unsafe extern "C" fn(libc::idtype_t, libc::id_t, *mut libc::siginfo_t, c_int) -> c_int;
 
-static REAL_WAITPID: NextSymbol = NextSymbol::new(c"waitpid");
 static REAL_WAIT4: NextSymbol = NextSymbol::new(c"wait4");
 static REAL_WAITID: NextSymbol = NextSymbol::new(c"waitid");
 
@@ -37,29 +36,17 @@ pub unsafe extern "C" fn waitpid(
     status: *mut c_int,
     options: c_int,
 ) -> libc::pid_t {
-    let real = REAL_WAITPID.get();
-    if real == 0 {
-        return no_such_call();
-    }
-    // SAFETY: glibc's waitpid, found by name, has this signature.
-    let real: WaitpidFn = unsafe { core::mem::transmute::<usize, WaitpidFn>(real) };
-    let mut own = 0;
-    let out = if status.is_null() { &mut own } else { status };
-    // SAFETY: forwards the caller's arguments; `out` is valid for an int write.
-    let reaped = unsafe { real(pid, out, options) };
-    if reaped > 0 {
-        // SAFETY: the call succeeded, so it wrote the status.
-        note_status(reaped, unsafe { *out });
-    }
-    reaped
+    // SAFETY: `waitpid` is `wait4` without resource usage, in glibc as in the kernel; the
+    // caller's contract carries over.
+    unsafe { wait4(pid, status, options, core::ptr::null_mut()) }
 }
 
 /// # Safety
 /// The C contract of `wait`.
 #[no_mangle]
 pub unsafe extern "C" fn wait(status: *mut c_int) -> libc::pid_t {
-    // SAFETY: `wait(s)` is `waitpid(-1, s, 0)`; the caller's contract carries over.
-    unsafe { waitpid(-1, status, 0) }
+    // SAFETY: `wait(s)` is `wait4(-1, s, 0, NULL)`; the caller's contract carries over.
+    unsafe { wait4(-1, status, 0, core::ptr::null_mut()) }
 }
 
 /// # Safety
