@@ -18,23 +18,42 @@ use crate::profile::{module_at, profile_paths, LiveProfile, Module};
 use crate::python::Holder;
 use crate::symbolize::Symbolizer;
 
-/// How long to wait between looks at the output folder.
+/// How long to wait between looks at the output folder once a look found nothing new.
 pub const LOOK_INTERVAL: Duration = Duration::from_millis(50);
+/// How long to wait while no profile has appeared yet: a short run is over in a tenth of
+/// a second, and every idle millisecond of the look-ahead then is work left to the report.
+const FIRST_LOOK_INTERVAL: Duration = Duration::from_millis(5);
 /// Stacks read from one file at a time, between checks of the stop flag.
 const STACKS_PER_READ: usize = 4096;
 /// Profile files followed at once (a run of many processes: the rest wait for a free place,
 /// or for the report).
 const MAX_FILES: usize = 256;
 
-/// Symbolizes, every `interval`, the stacks newly published in the profiles of output
-/// folder `dir`, until `stop` is set; returns the symbolizer, for the report. Whoever sets
-/// `stop` should unpark the calling thread, which otherwise sleeps out its interval.
+/// Symbolizes the stacks newly published in the profiles of output folder `dir`, looking
+/// again at once while there were new ones and after `interval` once there were none,
+/// until `stop` is set; returns the symbolizer, for the report. Whoever sets `stop` should
+/// unpark the calling thread, which otherwise sleeps out its interval.
 pub fn symbolize_ahead(dir: &Path, stop: &AtomicBool, interval: Duration) -> Symbolizer {
     let mut ahead = LookAhead::new(dir);
-    while ahead.look(stop) {
-        std::thread::park_timeout(interval);
+    while let Some(found) = ahead.look(stop) {
+        match found {
+            Found::NewStacks => {}
+            Found::Nothing => std::thread::park_timeout(interval),
+            Found::NoProfileYet => std::thread::park_timeout(FIRST_LOOK_INTERVAL),
+        }
     }
     ahead.into_symbolizer()
+}
+
+/// What one look found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Found {
+    /// Stacks published since the last look (all symbolized now).
+    NewStacks,
+    /// Profiles, but no new stack in them.
+    Nothing,
+    /// No profile file yet.
+    NoProfileYet,
 }
 
 /// The profiles of an output folder being written, and what was symbolized from them.
@@ -58,9 +77,9 @@ impl LookAhead {
         }
     }
 
-    /// One look: symbolizes every stack published since the last. `false` once `stop` is
-    /// set (checked between stacks).
-    pub fn look(&mut self, stop: &AtomicBool) -> bool {
+    /// One look: symbolizes every stack published since the last, and says what it found;
+    /// `None` once `stop` is set (checked between stacks).
+    pub fn look(&mut self, stop: &AtomicBool) -> Option<Found> {
         for path in profile_paths(&self.dir).unwrap_or_default() {
             let known = self.files.contains_key(&path) || self.finished.contains(&path);
             if self.files.len() < MAX_FILES && !known {
@@ -70,11 +89,17 @@ impl LookAhead {
                 }
             }
         }
+        let mut stacks = 0;
         for followed in self.files.values_mut() {
-            if !catch_up(&mut self.symbolizer, followed, stop) {
-                return false;
-            }
+            stacks += catch_up(&mut self.symbolizer, followed, stop)?;
         }
+        let found = if stacks > 0 {
+            Found::NewStacks
+        } else if self.files.is_empty() && self.finished.is_empty() {
+            Found::NoProfileYet
+        } else {
+            Found::Nothing
+        };
         let finished = &mut self.finished;
         self.files.retain(|path, followed| {
             let done = followed.live.is_finished();
@@ -83,7 +108,7 @@ impl LookAhead {
             }
             !done
         });
-        !stop.load(Ordering::Relaxed)
+        (!stop.load(Ordering::Relaxed)).then_some(found)
     }
 
     /// The symbolizer, caches filled.
@@ -99,15 +124,21 @@ struct Followed {
     warmed: WordMap<u64, Warmed>,
 }
 
-/// Symbolizes the stacks `followed` published since the last look; `false` once `stop` is
-/// set.
-fn catch_up(symbolizer: &mut Symbolizer, followed: &mut Followed, stop: &AtomicBool) -> bool {
+/// Symbolizes the stacks `followed` published since the last look; how many there were,
+/// or `None` once `stop` is set.
+fn catch_up(
+    symbolizer: &mut Symbolizer,
+    followed: &mut Followed,
+    stop: &AtomicBool,
+) -> Option<usize> {
     let Followed { live, warmed } = followed;
+    let mut read = 0;
     loop {
         let stacks = live.new_stacks(STACKS_PER_READ);
         if stacks.is_empty() {
-            return true;
+            return Some(read);
         }
+        read += stacks.len();
         let mut ahead = Ahead {
             symbolizer: &mut *symbolizer,
             modules: live.modules(),
@@ -115,7 +146,7 @@ fn catch_up(symbolizer: &mut Symbolizer, followed: &mut Followed, stop: &AtomicB
         };
         for words in &stacks {
             if stop.load(Ordering::Relaxed) {
-                return false;
+                return None;
             }
             symbolize_shown(&mut ahead, words, false);
         }

@@ -278,7 +278,7 @@ fn an_instruction_address_is_looked_up_as_is_not_minus_one() {
 #[test]
 fn symbols_loaded_ahead_serve_the_report_and_failures_warn_only_when_it_uses_them() {
     use crate::profile::synthetic::{stack_record, SyntheticModule};
-    use crate::report::warm::LookAhead;
+    use crate::report::warm::{Found, LookAhead};
     use std::sync::atomic::AtomicBool;
 
     let dir = tempfile::tempdir().unwrap();
@@ -305,7 +305,24 @@ fn symbols_loaded_ahead_serve_the_report_and_failures_warn_only_when_it_uses_the
     std::fs::write(&profile_path, bytes).unwrap();
 
     let mut ahead = LookAhead::new(&out);
-    assert!(ahead.look(&AtomicBool::new(false)));
+    let go_on = AtomicBool::new(false);
+    assert_eq!(ahead.look(&go_on), Some(Found::NewStacks));
+    assert_eq!(
+        ahead.look(&go_on),
+        Some(Found::Nothing),
+        "nothing new since"
+    );
+    let empty = dir.path().join("empty");
+    std::fs::create_dir_all(empty.join("raw")).unwrap();
+    assert_eq!(
+        LookAhead::new(&empty).look(&go_on),
+        Some(Found::NoProfileYet)
+    );
+    assert_eq!(
+        LookAhead::new(&empty).look(&AtomicBool::new(true)),
+        None,
+        "stopped"
+    );
     let mut symbolizer = ahead.into_symbolizer();
     assert!(
         symbolizer.warnings().is_empty(),
