@@ -36,7 +36,9 @@ pub fn while_running(command: u32) -> Relaying {
         }
     }
     let relay = relay as extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void);
-    for signal in RELAYED {
+    // A signal ignored already (`nohup` ignores SIGHUP) stays ignored: the command, which
+    // inherited that, ignores it too.
+    for signal in RELAYED.into_iter().filter(|&signal| !ignored(signal)) {
         // No SA_RESTART: the wait for the command is a loop that retries on EINTR anyway.
         if let Some(previous) = set(signal, relay as libc::sighandler_t, libc::SA_SIGINFO) {
             saved.push((signal, previous));
@@ -53,6 +55,16 @@ impl Relaying {
             unsafe { libc::sigaction(*signal, previous, std::ptr::null_mut()) };
         }
         COMMAND.store(0, Ordering::Relaxed);
+    }
+}
+
+/// Whether memwarden ignores `signal` now.
+fn ignored(signal: libc::c_int) -> bool {
+    // SAFETY: a zeroed sigaction is a valid out-value; only the disposition is read.
+    unsafe {
+        let mut current: libc::sigaction = std::mem::zeroed();
+        libc::sigaction(signal, std::ptr::null(), &mut current) == 0
+            && current.sa_sigaction == libc::SIG_IGN
     }
 }
 
