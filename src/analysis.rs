@@ -149,7 +149,7 @@ pub fn process_peak<'p>(profile: &'p Profile) -> (Peak, Vec<StackFigures<'p>>) {
     };
     let peak = Peak {
         bytes: peak_bytes(live, committed),
-        blocks: stacks.iter().map(|s| s.at_peak_blocks).sum(),
+        blocks: sum(stacks.iter().map(|s| s.at_peak_blocks)),
         time_ns,
     };
     (peak, stacks)
@@ -201,9 +201,9 @@ pub fn analyze<'p>(profiles: &'p [Profile], reaped: &BTreeMap<u32, Exit>) -> Vec
                 )
             });
             let totals = Totals {
-                allocated_bytes: stacks.iter().map(|s| s.allocated_bytes).sum(),
-                allocations: stacks.iter().map(|s| s.allocations).sum(),
-                frees: stacks.iter().map(|s| s.frees).sum(),
+                allocated_bytes: sum(stacks.iter().map(|s| s.allocated_bytes)),
+                allocations: sum(stacks.iter().map(|s| s.allocations)),
+                frees: sum(stacks.iter().map(|s| s.frees)),
             };
             let numpy = numpy_figures(&stacks);
             Process {
@@ -213,8 +213,8 @@ pub fn analyze<'p>(profiles: &'p [Profile], reaped: &BTreeMap<u32, Exit>) -> Vec
                 replaced_by_exec,
                 start_offset_ns: profile.start_monotonic_ns.saturating_sub(earliest),
                 peak,
-                not_freed_bytes: stacks.iter().map(|s| s.live_bytes).sum(),
-                not_freed_blocks: stacks.iter().map(|s| s.live_blocks).sum(),
+                not_freed_bytes: sum(stacks.iter().map(|s| s.live_bytes)),
+                not_freed_blocks: sum(stacks.iter().map(|s| s.live_blocks)),
                 totals,
                 numpy,
                 stacks,
@@ -223,14 +223,19 @@ pub fn analyze<'p>(profiles: &'p [Profile], reaped: &BTreeMap<u32, Exit>) -> Vec
         .collect()
 }
 
+/// The sum of `values`, saturated: the figures of a corrupt file can add up past `u64::MAX`.
+fn sum(values: impl Iterator<Item = u64>) -> u64 {
+    values.fold(0, u64::saturating_add)
+}
+
 /// The NumPy array figures: sums over the `numpy` stacks.
 pub fn numpy_figures(stacks: &[StackFigures]) -> NumpyFigures {
     let numpy = || stacks.iter().filter(|s| s.category == Category::Numpy);
     NumpyFigures {
-        peak_bytes: numpy().map(|s| s.at_peak_bytes).sum(),
-        peak_blocks: numpy().map(|s| s.at_peak_blocks).sum(),
-        not_freed_bytes: numpy().map(|s| s.live_bytes).sum(),
-        not_freed_blocks: numpy().map(|s| s.live_blocks).sum(),
+        peak_bytes: sum(numpy().map(|s| s.at_peak_bytes)),
+        peak_blocks: sum(numpy().map(|s| s.at_peak_blocks)),
+        not_freed_bytes: sum(numpy().map(|s| s.live_bytes)),
+        not_freed_blocks: sum(numpy().map(|s| s.live_blocks)),
     }
 }
 

@@ -40,7 +40,10 @@ impl LeakCheck {
             .iter()
             .filter(|r| r.kind == kind)
             .fold((0, 0), |(bytes, blocks), r| {
-                (bytes + r.bytes, blocks + r.blocks)
+                (
+                    bytes.saturating_add(r.bytes),
+                    blocks.saturating_add(r.blocks),
+                )
             })
     }
 }

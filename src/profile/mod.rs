@@ -214,6 +214,10 @@ impl std::fmt::Debug for Stack {
 mod reader_tests;
 
 #[cfg(test)]
+#[path = "reader_fuzz_tests.rs"]
+mod reader_fuzz_tests;
+
+#[cfg(test)]
 #[path = "failures_tests.rs"]
 mod failures_tests;
 

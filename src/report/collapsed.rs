@@ -121,7 +121,7 @@ impl<'r> Collapsed<'r> {
             }
             let ids = self.ids(line);
             match counted.last_mut() {
-                Some((last, total)) if *last == ids => *total += count,
+                Some((last, total)) if *last == ids => *total = total.saturating_add(count),
                 _ => counted.push((ids, count)),
             }
         }
@@ -159,8 +159,16 @@ impl<'r> Collapsed<'r> {
     /// become equal merged. Every frame inferno draws keeps its width, and the total is
     /// the same.
     pub fn flame_lines(&self, measure: Measure) -> String {
-        let counted = self.counted(measure);
-        let total: u64 = counted.iter().map(|(_, count)| count).sum();
+        let mut counted = self.counted(measure);
+        // Figures of a corrupt file can add up past what inferno's total holds (a u64):
+        // scaled down alike, they keep their proportions.
+        let sum: u128 = counted.iter().map(|&(_, count)| u128::from(count)).sum();
+        let shift = 64u32.saturating_sub(sum.leading_zeros());
+        if shift > 0 {
+            counted.iter_mut().for_each(|(_, count)| *count >>= shift);
+            counted.retain(|&(_, count)| count > 0);
+        }
+        let total: u64 = counted.iter().map(|&(_, count)| count).sum();
         let narrow = INFERNO_MIN_WIDTH_PERCENT / (100.0 / total as f64) * CUT_SHARE_OF_MIN_WIDTH;
         let kept = kept_depths(&counted, |width| (width as f64) < narrow);
         let mut cut: Vec<(&[u32], u64)> = counted

@@ -61,7 +61,10 @@ pub(crate) fn write_errors(out: &mut String, p: &ProcessReport) {
 
 /// The closing line of a summary with heap errors, `None` without any.
 pub(crate) fn total_line(processes: &[ProcessReport]) -> Option<String> {
-    let total: u64 = processes.iter().map(|p| p.error_count).sum();
+    let total = processes
+        .iter()
+        .map(|p| p.error_count)
+        .fold(0, u64::saturating_add);
     (total > 0).then(|| {
         format!(
             "memwarden: {} heap error{} found",

@@ -98,7 +98,9 @@ impl Measure {
             Measure::NotFreed => process.not_freed_bytes,
             Measure::Allocated => process.totals.allocated_bytes,
             Measure::NumpyPeak => process.numpy.peak_bytes,
-            Measure::Leaked => leaked(process).map(|l| l.bytes).sum(),
+            Measure::Leaked => leaked(process)
+                .map(|l| l.bytes)
+                .fold(0, u64::saturating_add),
         }
     }
 }

@@ -76,8 +76,8 @@ impl LeakGate {
         let (mut bytes, mut blocks) = (0, 0);
         for process in &report.processes {
             for leak in counted(process, &self.kinds) {
-                bytes += leak.bytes;
-                blocks += leak.blocks;
+                bytes = leak.bytes.saturating_add(bytes);
+                blocks = leak.blocks.saturating_add(blocks);
             }
         }
         let fails = match self.max_leaked_bytes {

@@ -101,8 +101,8 @@ impl LeakSummary {
                 "possible" => &mut summary.possible,
                 _ => &mut summary.reachable,
             };
-            total.bytes += leak.bytes;
-            total.blocks += leak.blocks;
+            total.bytes = total.bytes.saturating_add(leak.bytes);
+            total.blocks = total.blocks.saturating_add(leak.blocks);
         }
         summary
     }
@@ -211,8 +211,8 @@ pub fn write_leaks(out: &mut String, p: &ProcessReport, kinds: &[u32]) {
                 let _ = writeln!(out, "    #{index} {}", frame_text(frame));
             }
             let _ = writeln!(out);
-            bytes += leak.bytes;
-            blocks += leak.blocks;
+            bytes = leak.bytes.saturating_add(bytes);
+            blocks = leak.blocks.saturating_add(blocks);
         }
     }
     if bytes > 0 || blocks > 0 {

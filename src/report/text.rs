@@ -232,7 +232,7 @@ fn injected(p: &ProcessReport) -> String {
 }
 
 fn write_totals(out: &mut String, processes: &[ProcessReport]) {
-    let sum = |f: fn(&ProcessReport) -> u64| processes.iter().map(f).sum::<u64>();
+    let sum = |f: fn(&ProcessReport) -> u64| processes.iter().map(f).fold(0, u64::saturating_add);
     let _ = writeln!(
         out,
         "all processes: allocated {} in {} allocations, {} frees; not freed at exit {}",

@@ -14,7 +14,8 @@
 //!
 //! Varints are 6-bit chunks, least significant first, bit 6 set on every chunk but the
 //! last; a signed varint keeps the sign in its lowest bit. The running line starts at
-//! `co_firstlineno`. A table that ends early or is malformed gives no line, never a panic.
+//! `co_firstlineno`. A table that ends early or is malformed (a running line past
+//! `i64::MAX` too) gives no line, never a panic.
 
 /// The line of the instruction at `offset` (in code units) of a code object whose first
 /// line is `first_line` and whose location table is `table`; `None` when the table gives
@@ -35,17 +36,17 @@ pub fn line_at(table: &[u8], first_line: i32, offset: u32) -> Option<u32> {
                 true
             }
             10..=12 => {
-                line += i64::from(code - 10);
+                line = line.checked_add(i64::from(code - 10))?;
                 reader.byte()?;
                 reader.byte()?;
                 true
             }
             13 => {
-                line += reader.signed_varint()?;
+                line = line.checked_add(reader.signed_varint()?)?;
                 true
             }
             14 => {
-                line += reader.signed_varint()?;
+                line = line.checked_add(reader.signed_varint()?)?;
                 for _ in 0..3 {
                     reader.varint()?;
                 }
@@ -186,6 +187,19 @@ mod tests {
         assert_eq!(line_at(&table, 500, 1), Some(400));
         // A line below zero is no line.
         assert_eq!(line_at(&table, 50, 0), None);
+    }
+
+    #[test]
+    fn a_line_past_the_largest_is_no_line() {
+        // Code 13 with the largest positive delta, 2^63 - 1: the running line overflowed.
+        let mut table = vec![0x80 | (13 << 3), 0x3e | 0x40];
+        table.extend([0x3f | 0x40; 9]);
+        table.push(0x0f);
+        assert_eq!(line_at(&table, 4, 0), None);
+        // The same delta and then a one-line form's 2 past it.
+        table[0] |= 1;
+        table.extend([0x80 | (12 << 3), 0, 0]);
+        assert_eq!(line_at(&table, -1, 2), None);
     }
 
     #[test]
