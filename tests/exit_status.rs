@@ -202,3 +202,63 @@ fn a_child_its_parent_kills_and_reaps_shows_the_signal() {
         );
     }
 }
+
+/// GIVEN a parent that reaps its children in a SIGCHLD handler (`waitpid(-1, WNOHANG)`, the
+/// classic pattern) while its main loop allocates and frees: each of 20 children says it is
+/// ready, then the parent ends it with SIGTERM.
+const REAPED_IN_A_HANDLER: &str = r#"
+#include <signal.h>
+#include <stdio.h>
+#include <sys/wait.h>
+#define CHILDREN 20
+static volatile sig_atomic_t reaped;
+static void on_child(int signal) {
+    (void)signal;
+    int status;
+    while (waitpid(-1, &status, WNOHANG) > 0)
+        if (WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM) reaped++;
+}
+NOINLINE void child_alloc(void) { keep(malloc(1 * MiB + 1)); }
+int main(void) {
+    signal(SIGCHLD, on_child);
+    for (int i = 0; i < CHILDREN; i++) {
+        int ready[2];
+        if (pipe(ready) != 0) return 2;
+        pid_t pid = fork();
+        if (pid == 0) {
+            child_alloc();
+            if (write(ready[1], "r", 1) != 1) _exit(3);
+            for (;;) pause();
+        }
+        char byte;
+        while (read(ready[0], &byte, 1) != 1) {}
+        close(ready[0]);
+        close(ready[1]);
+        kill(pid, SIGTERM);
+        for (int j = 0; j < 2000; j++) free(malloc(64 + j % 512));
+    }
+    while (reaped < CHILDREN) {
+        free(malloc(100));
+        usleep(1000);
+    }
+    printf("reaped %d\n", (int)reaped);
+    return 0;
+}
+"#;
+
+#[test]
+fn children_reaped_in_a_sigchld_handler_show_their_signal() {
+    let scratch = Scratch::new("reaped_in_handler");
+    let prog = scratch.compile("reaped_in_handler", REAPED_IN_A_HANDLER);
+
+    let run = profile(&scratch, &[prog.arg()]);
+
+    assert_success(&run.outcome, "memwarden run");
+    assert_eq!(run.outcome.stdout_text(), "reaped 20\n");
+    let children: Vec<_> = run.report.processes.iter().filter(|p| p.forked).collect();
+    assert_eq!(children.len(), 20, "{}", run.report.describe());
+    for child in children {
+        assert_eq!(child.exit, Some(Exit::signal(15)), "{}", child.describe());
+        assert_eq!(child.live("child_alloc"), MIB + 1, "{}", child.describe());
+    }
+}

@@ -11,14 +11,16 @@
 
 use core::ffi::{c_int, CStr};
 use core::mem::offset_of;
-use std::ffi::CString;
 
 use memwarden_abi::{exit_kind, Header, MAGIC, PROFILE_EXTENSION, RAW_DIR};
 
 use crate::dir_names::for_each_name;
 use crate::lifecycle;
+use crate::own_stack;
 use crate::profile_file::clock_ns;
 use crate::real::{NextSymbol, SavedErrno};
+use crate::recorder::Recorder;
+use crate::thread_state::Guard;
 
 type Wait4Fn =
     unsafe extern "C" fn(libc::pid_t, *mut c_int, c_int, *mut libc::rusage) -> libc::pid_t;
@@ -136,45 +138,113 @@ fn note_status(pid: libc::pid_t, status: c_int) {
     }
 }
 
+/// Room for a profile's path: the output folder (at most PATH_MAX) and its file name.
+const PATH_ROOM: usize = libc::PATH_MAX as usize + 64;
+
 /// Writes how child `pid` ended into its profile (the one it started last), unless it
 /// recorded its end itself. Errno is kept; any failure just leaves the profile as it was.
+/// Nothing here allocates: a `SIGCHLD` handler that reaps with `waitpid` (a classic) may
+/// have interrupted the allocator.
 fn note_end(pid: libc::pid_t, kind: u32, value: c_int) {
     let Some(recorder) = lifecycle::recorder() else {
         return;
     };
+    // Inside another hook (a signal handler that interrupted one), the end is left
+    // unwritten rather than risk its state; the work runs on memwarden's own stack, as a
+    // handler's stack may be a small alternate one.
+    let Some(guard) = Guard::enter() else {
+        return;
+    };
     let errno = SavedErrno::save();
-    if let Some(path) = latest_profile_of(&recorder.config.output_dir, pid as u32) {
-        write_end_if_unknown(&path, pid as u32, kind, value);
-    }
+    own_stack::on_own_stack(&guard, || write_end(recorder, pid, kind, value));
     errno.restore();
 }
 
-/// `DIR/raw/PID-START.mwp` with the latest START for `pid`, NUL-terminated: a process that
-/// called `exec` has one profile per image, and its end is the last image's.
-fn latest_profile_of(dir: &[u8], pid: u32) -> Option<CString> {
-    let mut raw = dir.to_vec();
-    raw.push(b'/');
-    raw.extend_from_slice(RAW_DIR.as_bytes());
-    let raw = CString::new(raw).ok()?;
-    let prefix = format!("{pid}-");
-    let suffix = format!(".{PROFILE_EXTENSION}");
-    let mut latest: Option<(u64, Vec<u8>)> = None;
-    for_each_name(&raw, |name| {
-        let start = name
-            .strip_prefix(prefix.as_bytes())
-            .and_then(|rest| rest.strip_suffix(suffix.as_bytes()))
-            .and_then(crate::config::parse_decimal);
-        if let Some(start) = start {
-            if latest.as_ref().is_none_or(|(known, _)| start > *known) {
-                latest = Some((start, name.to_vec()));
+/// [`note_end`]'s work.
+fn write_end(recorder: &Recorder, pid: libc::pid_t, kind: u32, value: c_int) {
+    let mut path = PathBuf::new();
+    if let Some(start) = latest_start_of(&mut path, &recorder.config.output_dir, pid as u32) {
+        let mut digits = [0u8; 20];
+        path.push(b"/");
+        path.push(crate::log::decimal(u64::from(pid as u32), &mut digits));
+        path.push(b"-");
+        path.push(crate::log::decimal(start, &mut digits));
+        path.push(b".");
+        path.push(PROFILE_EXTENSION.as_bytes());
+        if let Some(path) = path.as_c_str() {
+            write_end_if_unknown(path, pid as u32, kind, value);
+        }
+    }
+}
+
+/// A path put together on the stack; bytes past its room are dropped (and the path is
+/// then refused).
+struct PathBuf {
+    bytes: [u8; PATH_ROOM],
+    len: usize,
+    overflowed: bool,
+}
+
+impl PathBuf {
+    fn new() -> Self {
+        PathBuf {
+            bytes: [0; PATH_ROOM],
+            len: 0,
+            overflowed: false,
+        }
+    }
+
+    fn push(&mut self, part: &[u8]) {
+        for &byte in part {
+            // One byte always stays free for the NUL.
+            match self.bytes.get_mut(self.len) {
+                Some(slot) if self.len + 1 < PATH_ROOM => {
+                    *slot = byte;
+                    self.len += 1;
+                }
+                _ => self.overflowed = true,
             }
         }
+    }
+
+    /// The path so far, NUL-terminated; `None` if it did not fit or holds a NUL.
+    fn as_c_str(&mut self) -> Option<&CStr> {
+        if self.overflowed {
+            return None;
+        }
+        *self.bytes.get_mut(self.len)? = 0;
+        CStr::from_bytes_with_nul(self.bytes.get(..=self.len)?).ok()
+    }
+}
+
+/// The latest START of the profiles `DIR/raw/PID-START.mwp` of `pid` (a process that
+/// called `exec` has one per image, and its end is the last image's); `path` is left
+/// holding `DIR/raw`.
+fn latest_start_of(path: &mut PathBuf, dir: &[u8], pid: u32) -> Option<u64> {
+    path.push(dir);
+    path.push(b"/");
+    path.push(RAW_DIR.as_bytes());
+    let raw = path.as_c_str()?;
+    let mut latest = None;
+    for_each_name(raw, |name| {
+        let Some((owner, rest)) = split_once(name, b'-') else {
+            return;
+        };
+        let start = rest
+            .strip_suffix(PROFILE_EXTENSION.as_bytes())
+            .and_then(|rest| rest.strip_suffix(b"."))
+            .and_then(crate::config::parse_decimal);
+        if crate::config::parse_decimal(owner) == Some(u64::from(pid)) {
+            latest = latest.max(start);
+        }
     });
-    let (_, name) = latest?;
-    let mut path = raw.into_bytes();
-    path.push(b'/');
-    path.extend_from_slice(&name);
-    CString::new(path).ok()
+    latest
+}
+
+/// `bytes` cut at the first `separator`.
+fn split_once(bytes: &[u8], separator: u8) -> Option<(&[u8], &[u8])> {
+    let at = bytes.iter().position(|&b| b == separator)?;
+    Some((bytes.get(..at)?, bytes.get(at + 1..)?))
 }
 
 /// Writes the end into the profile at `path` if it is `pid`'s and records
