@@ -11,6 +11,7 @@
 
 use core::ffi::{c_int, CStr};
 use core::mem::offset_of;
+use core::sync::atomic::{AtomicU64, Ordering};
 
 use memwarden_abi::{exit_kind, Header, MAGIC, PROFILE_EXTENSION, RAW_DIR};
 
@@ -146,33 +147,91 @@ const PATH_ROOM: usize = libc::PATH_MAX as usize + 64;
 /// Nothing here allocates: a `SIGCHLD` handler that reaps with `waitpid` (a classic) may
 /// have interrupted the allocator.
 fn note_end(pid: libc::pid_t, kind: u32, value: c_int) {
-    let Some(recorder) = lifecycle::recorder() else {
+    if lifecycle::recorder().is_none() || pid <= 0 {
         return;
-    };
-    // Inside another hook (a signal handler that interrupted one), the end is left
-    // unwritten rather than risk its state; the work runs on memwarden's own stack, as a
-    // handler's stack may be a small alternate one.
-    let Some(guard) = Guard::enter() else {
-        return;
-    };
+    }
     let errno = SavedErrno::save();
-    own_stack::on_own_stack(&guard, || write_end(recorder, pid, kind, value));
+    // A handler that interrupted a hook finds its guard taken: the end waits in a short
+    // list until the next reap outside a hook, or the process's own end.
+    defer(Ended {
+        pid: pid as u32,
+        kind,
+        value: value as u8,
+    });
+    write_deferred();
     errno.restore();
 }
 
-/// [`note_end`]'s work.
-fn write_end(recorder: &Recorder, pid: libc::pid_t, kind: u32, value: c_int) {
+/// Writes every end waiting in the list, unless this thread is inside a hook.
+pub fn write_deferred() {
+    let Some(recorder) = lifecycle::recorder() else {
+        return;
+    };
+    let Some(guard) = Guard::enter() else {
+        return;
+    };
+    // On memwarden's own stack: a handler's may be a small alternate one.
+    own_stack::on_own_stack(&guard, || {
+        for slot in &DEFERRED {
+            if let Some(ended) = Ended::unpack(slot.swap(0, Ordering::AcqRel)) {
+                write_end(recorder, ended);
+            }
+        }
+    });
+}
+
+/// Ends of children waiting to be written, packed (0: a free slot).
+static DEFERRED: [AtomicU64; 64] = [const { AtomicU64::new(0) }; 64];
+
+/// A child's end: an exit code or a signal number, both below 256.
+#[derive(Clone, Copy)]
+struct Ended {
+    pid: u32,
+    kind: u32,
+    value: u8,
+}
+
+impl Ended {
+    fn pack(self) -> u64 {
+        u64::from(self.pid) << 32 | u64::from(self.kind) << 8 | u64::from(self.value)
+    }
+
+    fn unpack(word: u64) -> Option<Ended> {
+        (word != 0).then_some(Ended {
+            pid: (word >> 32) as u32,
+            kind: (word >> 8) as u32 & 0xff,
+            value: word as u8,
+        })
+    }
+}
+
+/// Puts `ended` in a free slot of the list; dropped if all 64 are taken.
+fn defer(ended: Ended) {
+    let word = ended.pack();
+    for slot in &DEFERRED {
+        if slot
+            .compare_exchange(0, word, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
+        {
+            return;
+        }
+    }
+}
+
+/// Writes `ended` into the child's last profile, if it recorded no end.
+fn write_end(recorder: &Recorder, ended: Ended) {
+    let Ended { pid, kind, value } = ended;
     let mut path = PathBuf::new();
-    if let Some(start) = latest_start_of(&mut path, &recorder.config.output_dir, pid as u32) {
+    if let Some(start) = latest_start_of(&mut path, &recorder.config.output_dir, pid) {
         let mut digits = [0u8; 20];
         path.push(b"/");
-        path.push(crate::log::decimal(u64::from(pid as u32), &mut digits));
+        path.push(crate::log::decimal(u64::from(pid), &mut digits));
         path.push(b"-");
         path.push(crate::log::decimal(start, &mut digits));
         path.push(b".");
         path.push(PROFILE_EXTENSION.as_bytes());
         if let Some(path) = path.as_c_str() {
-            write_end_if_unknown(path, pid as u32, kind, value);
+            write_end_if_unknown(path, pid, kind, i32::from(value));
         }
     }
 }

@@ -267,6 +267,8 @@ pub fn record_exit(kind: u32, value: i32) {
             }
             recorder.record_end(kind, value);
         }
+        // Ends of children reaped inside a hook, still unwritten: now or never.
+        crate::hooks_wait::write_deferred();
     }
 }
 
