@@ -31,6 +31,13 @@ type WaitidFn =
 static REAL_WAIT4: NextSymbol = NextSymbol::new(c"wait4");
 static REAL_WAITID: NextSymbol = NextSymbol::new(c"waitid");
 
+/// Looks the originals up now, at start-up: the first `waitpid` may come from a `SIGCHLD`
+/// handler that interrupted the allocator, and `dlsym` can allocate.
+pub fn find_originals() {
+    REAL_WAIT4.get();
+    REAL_WAITID.get();
+}
+
 /// # Safety
 /// The C contract of `waitpid`.
 #[no_mangle]

@@ -74,6 +74,7 @@ pub fn initialize() {
                 Ordering::Release,
             );
             unwind::install_thread_exit_hook();
+            crate::hooks_wait::find_originals();
             snapshot::rebuild(&guard, Some(&recorder.file));
             recorder.note_own_malloc();
             note_python(recorder);
