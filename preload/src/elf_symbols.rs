@@ -159,8 +159,15 @@ mod tests {
             .functions
             .iter()
             .any(|f| f.name.ends_with(b"main")));
+        // The linker may fold identical functions into one address: any name there will do.
         let first = &functions.functions[functions.functions.len() / 2];
-        assert_eq!(functions.name_at(first.start), Some(first.name.as_slice()));
+        let named = functions
+            .name_at(first.start)
+            .expect("a name at a function's start");
+        assert!(functions
+            .functions
+            .iter()
+            .any(|f| f.start == first.start && f.name.as_slice() == named));
     }
 
     #[test]

@@ -93,8 +93,8 @@ pub fn stop_others() -> Option<Stopped> {
                 return;
             }
             if stopped.signalled == MAX_THREADS || blocks_signal(tid, signal) {
-                // A thread that blocks the signal would never answer: waiting for it
-                // would stall the exit for the whole timeout (pyarrow's jemalloc thread
+                // A thread that keeps the signal blocked would never answer: waiting for
+                // it would stall the exit for the whole timeout (pyarrow's jemalloc thread
                 // blocks every signal), and sending it would leave it pending for later.
                 stopped.missed += 1;
                 return;
@@ -169,9 +169,31 @@ fn free_signal() -> Option<i32> {
     })
 }
 
-/// Whether thread `tid` of this process blocks `signal`, as its `SigBlk` line in
-/// `/proc/self/task/TID/status` says; false when that cannot be read.
+/// Whether thread `tid` of this process keeps `signal` blocked: for 50 ms, read every
+/// millisecond. A thread blocks every signal for a moment in places (glibc's
+/// `pthread_create` does, around the clone), and such a thread answers soon after;
+/// one that keeps it blocked (pyarrow's jemalloc thread) never will.
 fn blocks_signal(tid: u32, signal: i32) -> bool {
+    const CHECKS: usize = 50;
+    let pause = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 1_000_000,
+    };
+    for check in 0..CHECKS {
+        if !blocks_signal_now(tid, signal) {
+            return false;
+        }
+        if check + 1 < CHECKS {
+            // SAFETY: sleeps on a valid timespec; an interruption only shortens the pause.
+            unsafe { libc::nanosleep(&pause, core::ptr::null_mut()) };
+        }
+    }
+    true
+}
+
+/// Whether thread `tid` of this process blocks `signal` now, as its `SigBlk` line in
+/// `/proc/self/task/TID/status` says; false when that cannot be read.
+fn blocks_signal_now(tid: u32, signal: i32) -> bool {
     let mut path = [0u8; 48];
     let mut digits = [0u8; 20];
     let parts: [&[u8]; 3] = [
