@@ -146,13 +146,14 @@ fn sigterm_from_timeout_reaches_the_command_once() {
     let dir_arg = dir.to_str().unwrap();
     let memwarden = memwarden();
     // `timeout` signals memwarden, then its whole process group, the command among them:
-    // memwarden must not pass on a signal the command had already.
+    // memwarden must not pass on a signal the command had already. 5 s leave the program
+    // time to install its handler on a loaded machine.
     let argv = [
         "timeout",
         "--preserve-status",
         "-s",
         "TERM",
-        "2",
+        "5",
         memwarden.to_str().unwrap(),
         "run",
         "-o",
