@@ -1,5 +1,5 @@
-//! Interposed calls: the `wait` family. When the program reaps a child that ended, the
-//! child's end goes into the child's profile if the child could not record it itself: a
+//! Interposed calls: the `wait` family. When the program reaps a child that a signal
+//! killed, the signal goes into the child's profile if the child recorded no end: a
 //! signal that kills a process runs none of its code (`multiprocessing` ends its pool's
 //! workers with SIGTERM), and `memwarden run` reaps only its own child and the orphans, so
 //! such a child's report said "exit unknown". An end the child recorded is left alone.
@@ -118,13 +118,9 @@ pub unsafe extern "C" fn waitid(
         // SAFETY: the call succeeded and filled `info` (si_pid 0: no child was ready).
         let (pid, code, status) =
             unsafe { ((*info).si_pid(), (*info).si_code, (*info).si_status()) };
-        let end = match code {
-            libc::CLD_EXITED => Some((exit_kind::CODE, status)),
-            libc::CLD_KILLED | libc::CLD_DUMPED => Some((exit_kind::SIGNAL, status)),
-            _ => None,
-        };
-        if let (true, Some((kind, value))) = (pid > 0, end) {
-            note_end(pid, kind, value);
+        // As `note_status`: only a child a signal killed.
+        if pid > 0 && matches!(code, libc::CLD_KILLED | libc::CLD_DUMPED) {
+            note_end(pid, exit_kind::SIGNAL, status);
         }
     }
     result
@@ -137,11 +133,11 @@ fn no_such_call<T: From<i8>>() -> T {
     T::from(-1)
 }
 
-/// Notes the end that a wait status says, if it is one (not a stop or a continue).
+/// Notes the end that a wait status says if a signal killed the child. A child that
+/// exited recorded its end itself (`exit` and `_exit` are interposed), so its reap costs
+/// nothing: a build that reaps thousands of compilers does not list `raw/` for each.
 fn note_status(pid: libc::pid_t, status: c_int) {
-    if libc::WIFEXITED(status) {
-        note_end(pid, exit_kind::CODE, libc::WEXITSTATUS(status));
-    } else if libc::WIFSIGNALED(status) {
+    if libc::WIFSIGNALED(status) {
         note_end(pid, exit_kind::SIGNAL, libc::WTERMSIG(status));
     }
 }
