@@ -31,7 +31,8 @@ const FRAMEHOP_SLOTS: u64 = 509;
 pub struct ThreadUnwinder {
     rules: [CacheX86_64; RULE_CACHES],
     memo: Box<StackMemo>,
-    merged: Box<MergedMemo>,
+    /// Made on the thread's first Python stack: 96 KiB other threads never need.
+    merged: Option<Box<MergedMemo>>,
     previous: Box<Walk>,
     current: Box<Walk>,
 }
@@ -77,7 +78,7 @@ fn thread_unwinder(guard: &Guard) -> *mut ThreadUnwinder {
             let state = Box::into_raw(Box::new(ThreadUnwinder {
                 rules: core::array::from_fn(|_| CacheX86_64::new()),
                 memo: StackMemo::boxed(),
-                merged: MergedMemo::boxed(),
+                merged: None,
                 previous: Walk::boxed(),
                 current: Walk::boxed(),
             }));
@@ -95,7 +96,8 @@ fn thread_unwinder(guard: &Guard) -> *mut ThreadUnwinder {
 pub fn with_merged_memo<R>(guard: &Guard, use_memo: impl FnOnce(&mut MergedMemo) -> R) -> R {
     // SAFETY: this thread's own state, made on first use and freed only at its exit; only
     // the thread holding the guard uses it, and `use_memo` cannot reach it another way.
-    use_memo(unsafe { &mut (*thread_unwinder(guard)).merged })
+    let merged = unsafe { &mut (*thread_unwinder(guard)).merged };
+    use_memo(merged.get_or_insert_with(MergedMemo::boxed))
 }
 
 /// Where the program's code called into the malloc family, captured by the export's entry
