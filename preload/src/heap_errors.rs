@@ -115,41 +115,42 @@ fn print_stack(recorder: &Recorder, stack: u32) {
         return;
     }
     let snapshot = snapshot::snapshot();
-    let mut shown = 0u64;
-    for &word in frames {
+    let shown = frames
+        .iter()
+        .map(|&word| python::decode(word))
+        .filter(|frame| !matches!(frame, FrameWord::Marker(_)));
+    for (index, frame) in (0u64..).zip(shown) {
         let mut number = [0u8; 20];
-        let mut hex = [0u8; 18];
-        let mut offset = [0u8; 18];
-        let address = match python::decode(word) {
-            FrameWord::Marker(_) => continue,
-            FrameWord::Native(address) => address,
+        log::raw(b"    #");
+        log::raw(log::decimal(index, &mut number));
+        log::raw(b" ");
+        match frame {
             FrameWord::Python {
                 code,
                 value,
                 line_resolved,
-            } => {
-                log::raw(b"    #");
-                log::raw(log::decimal(shown, &mut number));
-                log::raw(b" ");
-                print_python_frame(recorder, code, value, line_resolved);
-                shown += 1;
-                continue;
+            } => print_python_frame(recorder, code, value, line_resolved),
+            // Markers were left out above; should one come, it prints as a word.
+            FrameWord::Native(address) | FrameWord::Marker(address) => {
+                print_native_frame(snapshot, address)
             }
-        };
-        log::raw(b"    #");
-        log::raw(log::decimal(shown, &mut number));
-        log::raw(b" ");
-        log::raw(log::hex(address, &mut hex));
-        if let Some((path, base)) = snapshot.and_then(|s| s.module_of(address.wrapping_sub(1))) {
-            log::raw(b" (");
-            log::raw(path);
-            log::raw(b"+");
-            log::raw(log::hex(address.wrapping_sub(base), &mut offset));
-            log::raw(b")");
         }
-        log::raw(b"\n");
-        shown += 1;
     }
+}
+
+/// Prints `0xADDRESS (module+0xOFFSET)` of a native frame (the module when it is known).
+fn print_native_frame(snapshot: Option<&snapshot::Snapshot>, address: u64) {
+    let mut hex = [0u8; 18];
+    let mut offset = [0u8; 18];
+    log::raw(log::hex(address, &mut hex));
+    if let Some((path, base)) = snapshot.and_then(|s| s.module_of(address.wrapping_sub(1))) {
+        log::raw(b" (");
+        log::raw(path);
+        log::raw(b"+");
+        log::raw(log::hex(address.wrapping_sub(base), &mut offset));
+        log::raw(b")");
+    }
+    log::raw(b"\n");
 }
 
 /// Prints `qualname (file:line)` of a Python frame, from its code record; `[Python frame]`

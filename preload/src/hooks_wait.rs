@@ -120,7 +120,7 @@ pub unsafe extern "C" fn waitid(
             unsafe { ((*info).si_pid(), (*info).si_code, (*info).si_status()) };
         // As `note_status`: only a child a signal killed.
         if pid > 0 && matches!(code, libc::CLD_KILLED | libc::CLD_DUMPED) {
-            note_end(pid, exit_kind::SIGNAL, status);
+            note_end(pid, status);
         }
     }
     result
@@ -138,18 +138,18 @@ fn no_such_call<T: From<i8>>() -> T {
 /// nothing: a build that reaps thousands of compilers does not list `raw/` for each.
 fn note_status(pid: libc::pid_t, status: c_int) {
     if libc::WIFSIGNALED(status) {
-        note_end(pid, exit_kind::SIGNAL, libc::WTERMSIG(status));
+        note_end(pid, libc::WTERMSIG(status));
     }
 }
 
 /// Room for a profile's path: the output folder (at most PATH_MAX) and its file name.
 const PATH_ROOM: usize = libc::PATH_MAX as usize + 64;
 
-/// Writes how child `pid` ended into its profile (the one it started last), unless it
-/// recorded its end itself. Errno is kept; any failure just leaves the profile as it was.
+/// Writes the signal that killed child `pid` into its profile (the one it started last),
+/// unless it recorded an end itself. Errno is kept; any failure just leaves the profile as it was.
 /// Nothing here allocates: a `SIGCHLD` handler that reaps with `waitpid` (a classic) may
 /// have interrupted the allocator.
-fn note_end(pid: libc::pid_t, kind: u32, value: c_int) {
+fn note_end(pid: libc::pid_t, signal: c_int) {
     if lifecycle::recorder().is_none() || pid <= 0 {
         return;
     }
@@ -158,8 +158,7 @@ fn note_end(pid: libc::pid_t, kind: u32, value: c_int) {
     // list until the next reap outside a hook, or the process's own end.
     defer(Ended {
         pid: pid as u32,
-        kind,
-        value: value as u8,
+        signal: signal as u8,
     });
     write_deferred();
     errno.restore();
@@ -186,24 +185,23 @@ pub fn write_deferred() {
 /// Ends of children waiting to be written, packed (0: a free slot).
 static DEFERRED: [AtomicU64; 64] = [const { AtomicU64::new(0) }; 64];
 
-/// A child's end: an exit code or a signal number, both below 256.
+/// A child that a signal killed: its pid and the signal (below 256).
 #[derive(Clone, Copy)]
 struct Ended {
     pid: u32,
-    kind: u32,
-    value: u8,
+    signal: u8,
 }
 
 impl Ended {
+    /// Never 0: a pid is above 0.
     fn pack(self) -> u64 {
-        u64::from(self.pid) << 32 | u64::from(self.kind) << 8 | u64::from(self.value)
+        u64::from(self.pid) << 32 | u64::from(self.signal)
     }
 
     fn unpack(word: u64) -> Option<Ended> {
         (word != 0).then_some(Ended {
             pid: (word >> 32) as u32,
-            kind: (word >> 8) as u32 & 0xff,
-            value: word as u8,
+            signal: word as u8,
         })
     }
 }
@@ -223,7 +221,7 @@ fn defer(ended: Ended) {
 
 /// Writes `ended` into the child's last profile, if it recorded no end.
 fn write_end(recorder: &Recorder, ended: Ended) {
-    let Ended { pid, kind, value } = ended;
+    let Ended { pid, signal } = ended;
     let mut path = PathBuf::new();
     if let Some(start) = latest_start_of(&mut path, &recorder.config.output_dir, pid) {
         let mut digits = [0u8; 20];
@@ -234,7 +232,7 @@ fn write_end(recorder: &Recorder, ended: Ended) {
         path.push(b".");
         path.push(PROFILE_EXTENSION.as_bytes());
         if let Some(path) = path.as_c_str() {
-            write_end_if_unknown(path, pid, kind, i32::from(value));
+            write_end_if_unknown(path, pid, i32::from(signal));
         }
     }
 }
@@ -309,9 +307,9 @@ fn split_once(bytes: &[u8], separator: u8) -> Option<(&[u8], &[u8])> {
     Some((bytes.get(..at)?, bytes.get(at + 1..)?))
 }
 
-/// Writes the end into the profile at `path` if it is `pid`'s and records
+/// Writes death by `signal` into the profile at `path` if it is `pid`'s and records
 /// no end yet; its end time too, if it has none.
-fn write_end_if_unknown(path: &CStr, pid: u32, kind: u32, value: c_int) {
+fn write_end_if_unknown(path: &CStr, pid: u32, signal: c_int) {
     // SAFETY: a NUL-terminated path; the descriptor is closed below.
     let fd = unsafe { libc::open(path.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
     if fd < 0 {
@@ -338,8 +336,11 @@ fn write_end_if_unknown(path: &CStr, pid: u32, kind: u32, value: c_int) {
         && u32::from_ne_bytes(owner) == pid
         && u32::from_ne_bytes(recorded) == exit_kind::UNKNOWN;
     if unknown {
-        write(offset_of!(Header, exit_value), &value.to_ne_bytes());
-        write(offset_of!(Header, exit_kind), &kind.to_ne_bytes());
+        write(offset_of!(Header, exit_value), &signal.to_ne_bytes());
+        write(
+            offset_of!(Header, exit_kind),
+            &exit_kind::SIGNAL.to_ne_bytes(),
+        );
         if u64::from_ne_bytes(end) == 0 {
             // Reaped now: it ended at most this long after it started.
             let started = u64::from_ne_bytes(start);

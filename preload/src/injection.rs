@@ -20,7 +20,7 @@ use crate::python_code_names::code_names;
 use crate::recorder::Recorder;
 use crate::snapshot::{self, Snapshot};
 use crate::spin;
-use crate::thread_state::single_threaded;
+use crate::thread_state::fetch_add_unshared;
 
 /// One byte per stack id, computed on first use (0: not yet known).
 struct PerStack {
@@ -335,17 +335,10 @@ impl Injector {
     }
 }
 
-/// Adds to a counter: without a locked instruction while the process has one thread (no
-/// other thread can race), atomically otherwise.
+/// Adds to a counter; its new value.
 #[inline(always)]
 fn add(counter: &AtomicU64, amount: u64) -> u64 {
-    if single_threaded() {
-        let value = counter.load(Ordering::Relaxed) + amount;
-        counter.store(value, Ordering::Relaxed);
-        value
-    } else {
-        counter.fetch_add(amount, Ordering::Relaxed) + amount
-    }
+    fetch_add_unshared(counter, amount).wrapping_add(amount)
 }
 
 /// The next value of a call counter.

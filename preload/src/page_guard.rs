@@ -16,7 +16,7 @@ use crate::heap_errors::{self, HeapError};
 use crate::hooks::page_size;
 use crate::quarantine::Quarantine;
 use crate::recorder::Recorder;
-use crate::thread_state::single_threaded;
+use crate::thread_state::fetch_add_unshared;
 
 /// One page-guarded block.
 struct PageBlock {
@@ -88,19 +88,13 @@ pub fn install(settings: PageSettings, waits: &'static AtomicU64) -> bool {
 }
 
 /// Counts one call: true for every `rate`-th (the rate-th, 2·rate-th… call of the process).
-/// It runs on every allocation, so without a division, and without a locked instruction
-/// while the process has one thread (no other thread can race then). With threads, exactly
-/// one call takes the count from 1 to 0 and puts it back to `rate`; calls counted by other
-/// threads meanwhile are forgotten, which a sample does not mind.
+/// It runs on every allocation, so without a division (or, alone, a locked instruction).
+/// With threads, exactly one call takes the count from 1 to 0 and puts it back to `rate`;
+/// calls counted by other threads meanwhile are forgotten, which a sample does not mind.
 #[inline(always)]
 fn count_down(left: &AtomicU64, rate: u64) -> bool {
-    let before = if single_threaded() {
-        let before = left.load(Ordering::Relaxed);
-        left.store(before.wrapping_sub(1), Ordering::Relaxed);
-        before
-    } else {
-        left.fetch_sub(1, Ordering::Relaxed)
-    };
+    // Adding 2^64 − 1 takes one away.
+    let before = fetch_add_unshared(left, u64::MAX);
     if before != 1 {
         return false;
     }

@@ -2,6 +2,7 @@
 //! the thread's stack bounds and its unwind cache — kept in initial-exec TLS (csrc/).
 
 use core::marker::PhantomData;
+use core::sync::atomic::{AtomicU64, Ordering};
 
 extern "C" {
     fn memwarden_thread_slots() -> *mut u64;
@@ -140,4 +141,18 @@ extern "C" {
 pub fn single_threaded() -> bool {
     // SAFETY: a byte glibc exports for exactly this purpose; read-only here.
     unsafe { core::ptr::read_volatile(&raw const __libc_single_threaded) != 0 }
+}
+
+/// `counter.fetch_add(amount)`, wrapping, but without a locked instruction while the
+/// process has one thread (no other thread can race then): for counters every allocation
+/// moves. Returns the value before.
+#[inline(always)]
+pub fn fetch_add_unshared(counter: &AtomicU64, amount: u64) -> u64 {
+    if single_threaded() {
+        let before = counter.load(Ordering::Relaxed);
+        counter.store(before.wrapping_add(amount), Ordering::Relaxed);
+        before
+    } else {
+        counter.fetch_add(amount, Ordering::Relaxed)
+    }
 }

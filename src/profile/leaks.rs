@@ -122,6 +122,7 @@ pub(super) fn parse_leaks(bytes: &[u8], header: &Header) -> Result<LeakCheck, Pr
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::profile::synthetic::leak_record;
 
     fn header(records: u64) -> Header {
         // SAFETY: Header is plain integers and arrays of them; all-zero is a valid value.
@@ -149,21 +150,11 @@ mod tests {
             .collect()
     }
 
-    fn record(stack: u32, kind: u32, blocks: u64, bytes: u64) -> LeakRecord {
-        LeakRecord {
-            stack,
-            kind,
-            blocks,
-            bytes,
-            reserved: 0,
-        }
-    }
-
     #[test]
     fn records_read_back_with_their_totals() {
         let records = [
-            record(1, leak_kind::DEFINITE, 1, 77),
-            record(2, leak_kind::INDIRECT, 4, 128),
+            leak_record(1, leak_kind::DEFINITE, 1, 77),
+            leak_record(2, leak_kind::INDIRECT, 4, 128),
         ];
         let check = parse_leaks(&bytes(&records), &header(2)).unwrap();
         assert!(check.done());
@@ -174,16 +165,16 @@ mod tests {
 
     #[test]
     fn corrupt_records_and_fields_are_one_line_errors() {
-        let unknown_kind = [record(1, 9, 1, 1)];
+        let unknown_kind = [leak_record(1, 9, 1, 1)];
         let error = parse_leaks(&bytes(&unknown_kind), &header(1)).unwrap_err();
         assert_eq!(error.to_string(), "leak record 0: unknown kind 9");
-        let bad_stack = [record(3, leak_kind::DEFINITE, 1, 1)];
+        let bad_stack = [leak_record(3, leak_kind::DEFINITE, 1, 1)];
         let error = parse_leaks(&bytes(&bad_stack), &header(1)).unwrap_err();
         assert_eq!(
             error.to_string(),
             "leak record 0: stack 3 outside the 3 stacks in use"
         );
-        let no_blocks = [record(1, leak_kind::DEFINITE, 0, 0)];
+        let no_blocks = [leak_record(1, leak_kind::DEFINITE, 0, 0)];
         assert!(parse_leaks(&bytes(&no_blocks), &header(1)).is_err());
         let mut bad_status = header(0);
         bad_status.leak_status = 7;

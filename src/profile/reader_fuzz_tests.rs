@@ -8,14 +8,14 @@ use std::mem::offset_of;
 
 use memwarden_abi::python::{category, python_frame, CodeRecord, NUMPY_DATA};
 use memwarden_abi::{
-    error_kind, failed_function, guard_mode, leak_kind, leak_status, ErrorRecord, FailureRecord,
-    Header, Layout, LeakRecord, ModuleRecord, StackRecord, MODULE_MAIN, MODULE_VDSO,
+    error_kind, failed_function, guard_mode, leak_kind, ErrorRecord, FailureRecord, Header, Layout,
+    LeakRecord, ModuleRecord, StackRecord, MODULE_MAIN, MODULE_VDSO,
 };
 use proptest::prelude::*;
 use proptest::test_runner::Config;
 
 use super::plain::layout_fields;
-use super::synthetic::{stack_record, ProfileBuilder, SyntheticCode, SyntheticModule};
+use super::synthetic::{leak_record, stack_record, ProfileBuilder, SyntheticCode, SyntheticModule};
 use super::{read_profile, Profile};
 use crate::analysis::analyze;
 use crate::report::folded::Measure;
@@ -118,21 +118,11 @@ fn heap_error(kind: u32, stack: u32, alloc_stack: u32, free_stack: u32) -> Error
     }
 }
 
-fn leak(stack: u32, kind: u32, blocks: u64, bytes: u64) -> LeakRecord {
-    LeakRecord {
-        stack,
-        kind,
-        blocks,
-        bytes,
-        reserved: 0,
-    }
-}
-
-/// Leak records to poke in after the build (the builder writes none).
+/// The leak records of the faults profile.
 fn leaks() -> [LeakRecord; 2] {
     [
-        leak(1, leak_kind::DEFINITE, 1, 77),
-        leak(2, leak_kind::INDIRECT, 4, 128),
+        leak_record(1, leak_kind::DEFINITE, 1, 77),
+        leak_record(2, leak_kind::INDIRECT, 4, 128),
     ]
 }
 
@@ -147,42 +137,10 @@ fn faults() -> Vec<u8> {
         .failure(failure(2, 0, failed_function::OPERATOR_NEW))
         .error(heap_error(error_kind::HEAP_BUFFER_OVERFLOW, 1, 2, 0))
         .error(heap_error(error_kind::DOUBLE_FREE, 2, 1, 2));
-    with_leaks(builder, &leaks())
-}
-
-/// The bytes of `builder` with room for 4 leak records and a finished leak check that
-/// found `leaks`.
-fn with_leaks(mut builder: ProfileBuilder, leaks: &[LeakRecord]) -> Vec<u8> {
-    let Some(layout) = builder.header.layout.with_leak_capacity(4) else {
-        unreachable!("small capacities fit")
-    };
-    builder.header.layout = layout;
-    let mut bytes = builder.build();
-    for (index, leak) in (0u64..).zip(leaks) {
-        let fields = [
-            &leak.stack.to_le_bytes()[..],
-            &leak.kind.to_le_bytes(),
-            &leak.blocks.to_le_bytes(),
-            &leak.bytes.to_le_bytes(),
-        ];
-        poke(
-            &mut bytes,
-            layout.leak_offset(index) as usize,
-            &fields.concat(),
-        );
-    }
-    let count = leaks.len() as u64;
-    poke(
-        &mut bytes,
-        offset_of!(Header, leak_status),
-        &leak_status::DONE.to_le_bytes(),
-    );
-    poke(
-        &mut bytes,
-        offset_of!(Header, leak_record_count),
-        &count.to_le_bytes(),
-    );
-    bytes
+    leaks()
+        .into_iter()
+        .fold(builder, ProfileBuilder::leak)
+        .build()
 }
 
 /// The valid profiles the corruptions start from.
@@ -467,15 +425,18 @@ fn figures_that_add_up_past_u64_max_saturate() {
     let mut numpy = figures(i64::MAX, u64::MAX, 0);
     (numpy.allocations, numpy.frees, numpy.live_blocks) = (u64::MAX, u64::MAX, i64::MAX);
     numpy.category = category::NUMPY;
-    let builder = ProfileBuilder::new(1)
-        .heap(u64::MAX, 0)
-        .stack(&[NUMPY_DATA, 0x1000], numpy)
-        .stack(&[NUMPY_DATA, 0x2000], numpy)
-        .stack(&[NUMPY_DATA, 0x3000], numpy);
-    let bytes = with_leaks(
-        builder,
-        &[1, 2, 3].map(|stack| leak(stack, leak_kind::DEFINITE, u64::MAX, u64::MAX)),
-    );
+    let bytes = [1, 2, 3]
+        .map(|stack| leak_record(stack, leak_kind::DEFINITE, u64::MAX, u64::MAX))
+        .into_iter()
+        .fold(
+            ProfileBuilder::new(1)
+                .heap(u64::MAX, 0)
+                .stack(&[NUMPY_DATA, 0x1000], numpy)
+                .stack(&[NUMPY_DATA, 0x2000], numpy)
+                .stack(&[NUMPY_DATA, 0x3000], numpy),
+            ProfileBuilder::leak,
+        )
+        .build();
     let profile = read_profile(&bytes[..]).unwrap();
     read_and_report(&bytes, &profile);
     let profiles = [profile.clone(), profile];

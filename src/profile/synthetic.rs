@@ -4,18 +4,30 @@
 
 use memwarden_abi::python::{line_table, BlobSpan, CodeRecord};
 use memwarden_abi::{
-    exit_kind, ErrorRecord, FailureRecord, Header, Layout, StackRecord, ARGV_CAPACITY, CRASH_DEPTH,
-    FORMAT_VERSION, MAGIC,
+    exit_kind, leak_status, ErrorRecord, FailureRecord, Header, Layout, LeakRecord, StackRecord,
+    ARGV_CAPACITY, CRASH_DEPTH, FORMAT_VERSION, MAGIC,
 };
 
 use super::{read_profile, Profile};
 use records::{
-    put, write_code, write_error, write_failure, write_header, write_module, write_stack,
+    put, write_code, write_error, write_failure, write_header, write_leak, write_module,
+    write_stack,
 };
 
 #[path = "synthetic_records.rs"]
 mod records;
 use crate::Exit;
+
+/// The leak record of `blocks` blocks, `bytes` bytes, of kind `kind` at stack `stack`.
+pub fn leak_record(stack: u32, kind: u32, blocks: u64, bytes: u64) -> LeakRecord {
+    LeakRecord {
+        stack,
+        kind,
+        blocks,
+        bytes,
+        reserved: 0,
+    }
+}
 
 /// A stack record with every field zero except `published`.
 pub fn stack_record() -> StackRecord {
@@ -111,7 +123,14 @@ pub struct ProfileBuilder {
     pub codes: Vec<CodeRecord>,
     /// The blob area's bytes in use (at most 4096): `blob_used` is their length.
     pub blob: Vec<u8>,
+    /// Leak-check records. With any, the file has room for [`LEAK_CAPACITY`] of them and
+    /// the leak check is `DONE` (unless the header says otherwise); `leak_record_count` is
+    /// their number unless it was set higher.
+    pub leaks: Vec<LeakRecord>,
 }
+
+/// Leak records a synthetic profile with any has room for.
+pub const LEAK_CAPACITY: u64 = 16;
 
 impl ProfileBuilder {
     /// A profile of process `pid` with nothing recorded yet, max_depth 64, small capacities.
@@ -179,6 +198,7 @@ impl ProfileBuilder {
             errors: Vec::new(),
             codes: Vec::new(),
             blob: Vec::new(),
+            leaks: Vec::new(),
         }
     }
 
@@ -227,6 +247,12 @@ impl ProfileBuilder {
     /// Sets the guard mode (one of `memwarden_abi::guard_mode`).
     pub fn guard_mode(mut self, mode: u32) -> Self {
         self.header.guard_mode = mode;
+        self
+    }
+
+    /// Adds a leak-check record.
+    pub fn leak(mut self, record: LeakRecord) -> Self {
+        self.leaks.push(record);
         self
     }
 
@@ -287,7 +313,17 @@ impl ProfileBuilder {
 
     /// The file bytes, `layout.file_size` long.
     pub fn build(&self) -> Vec<u8> {
-        let layout = self.header.layout;
+        let mut header = self.header;
+        if !self.leaks.is_empty() {
+            let Some(layout) = header.layout.with_leak_capacity(LEAK_CAPACITY) else {
+                unreachable!("small capacities fit")
+            };
+            header.layout = layout;
+            if header.leak_status == 0 {
+                header.leak_status = leak_status::DONE;
+            }
+        }
+        let layout = header.layout;
         let mut file = vec![0u8; layout.file_size as usize];
         let mut frame_words = 0u64;
         let mut put_stack = |id: u64, frames: &[u64], record: &StackRecord| {
@@ -322,8 +358,11 @@ impl ProfileBuilder {
         for (index, code) in (0..layout.code_capacity).zip(&self.codes) {
             write_code(&mut file, layout.code_offset(index) as usize, code);
         }
+        for (index, leak) in (0..layout.leak_capacity).zip(&self.leaks) {
+            write_leak(&mut file, layout.leak_offset(index) as usize, leak);
+        }
         put(&mut file, layout.blob_offset, &self.blob);
-        let mut header = self.header;
+        header.leak_record_count = header.leak_record_count.max(self.leaks.len() as u64);
         header.code_count = header.code_count.max(self.codes.len() as u64);
         header.blob_used = self.blob.len() as u64;
         header.failure_count = header.failure_count.max(self.failures.len() as u64);

@@ -4,7 +4,7 @@
 use std::mem::offset_of;
 
 use memwarden_abi::python::CodeRecord;
-use memwarden_abi::{ErrorRecord, FailureRecord, Header, ModuleRecord, StackRecord};
+use memwarden_abi::{ErrorRecord, FailureRecord, Header, LeakRecord, ModuleRecord, StackRecord};
 
 use super::SyntheticModule;
 
@@ -67,6 +67,13 @@ pub(super) fn write_header(file: &mut [u8], h: &Header) {
     field!(code_count);
     field!(blob_used);
     field!(python_version);
+    field!(leak_status);
+    field!(leak_view);
+    field!(leak_record_count);
+    field!(leak_scanned_bytes);
+    field!(leak_scan_ns);
+    field!(leak_threads_stopped);
+    field!(leak_threads_missed);
     for (i, word) in h.crash_frames.iter().enumerate() {
         put(
             file,
@@ -94,6 +101,22 @@ pub(super) fn write_failure(file: &mut [u8], at: usize, r: &FailureRecord) {
     field!(stack);
     field!(function);
     field!(rule);
+}
+
+pub(super) fn write_leak(file: &mut [u8], at: usize, r: &LeakRecord) {
+    macro_rules! field {
+        ($name:ident) => {
+            put(
+                file,
+                at + offset_of!(LeakRecord, $name),
+                &r.$name.to_le_bytes(),
+            )
+        };
+    }
+    field!(stack);
+    field!(kind);
+    field!(blocks);
+    field!(bytes);
 }
 
 pub(super) fn write_error(file: &mut [u8], at: usize, r: &ErrorRecord) {
