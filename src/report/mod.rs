@@ -224,6 +224,13 @@ fn write_file(
         action: "write",
         source,
     };
+    // An earlier report's file is removed, not truncated: ext4 writes a file truncated to
+    // zero out to disk when it is closed (its guard for programs that rewrite files in
+    // place), which made regenerating a report wait for the old one's writeback.
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(io_error(e)),
+        _ => {}
+    }
     let mut out = BufWriter::with_capacity(WRITE_BUFFER, File::create(path).map_err(io_error)?);
     fill(&mut out).map_err(io_error)?;
     out.flush().map_err(io_error)

@@ -2,11 +2,11 @@
 //! symbols (`.symtab`, else `.dynsym`), matched only within each symbol's size so that an
 //! address in a stripped function is not blamed on the exported one before it.
 
-use std::fs::File;
 use std::path::Path;
 
-use object::read::ReadCache;
 use object::{Object, ObjectSymbol, SymbolKind};
+
+use super::debug_file::mapped;
 
 /// One function symbol.
 #[derive(Debug, PartialEq, Eq)]
@@ -25,11 +25,10 @@ pub(crate) struct SymbolTable {
 impl SymbolTable {
     /// The function symbols of the file at `path`; empty if it cannot be read.
     pub fn read(path: &Path) -> SymbolTable {
-        let Ok(file) = File::open(path) else {
+        let Ok(data) = mapped(path) else {
             return SymbolTable::default();
         };
-        let cache = ReadCache::new(file);
-        let Ok(object) = object::File::parse(&cache) else {
+        let Ok(object) = object::File::parse(&*data) else {
             return SymbolTable::default();
         };
         let mut symbols = functions(object.symbols());
