@@ -54,10 +54,11 @@ impl ElfFacts {
 /// the look-ahead's time on a NumPy run).
 pub(crate) fn mapped(path: &Path) -> std::io::Result<Mmap> {
     let file = File::open(path)?;
-    // SAFETY: a private read-only mapping of a file memwarden only reads. Object files of
-    // a finished run are not expected to change; if one is rewritten meanwhile, the parse
-    // sees other bytes (its build id is checked) — the same risk addr2line's loader takes
-    // with its own mappings of the same files.
+    // SAFETY: a read-only mapping of a file memwarden never writes, read as plain bytes
+    // (any content is valid input to the parser). Libraries are replaced by new files (a
+    // rename), which leaves this mapping intact; a file truncated in place while mapped
+    // would make a read past its new end fault — the risk addr2line's loader already
+    // takes with its mappings of the same files.
     unsafe { Mmap::map(&file) }
 }
 
