@@ -3,7 +3,7 @@
 //! the run starts with its debug information loaded. It only takes CPU time the target
 //! leaves idle; if it cannot start, the report simply does all the work itself.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -17,32 +17,41 @@ const LOWEST_PRIORITY: libc::c_int = 19;
 /// The running look-ahead thread.
 pub struct LookAhead {
     stop: Arc<AtomicBool>,
+    symbol_cache: Option<PathBuf>,
     thread: JoinHandle<Symbolizer>,
 }
 
 impl LookAhead {
-    /// Starts looking at the profiles written into `out_dir`; `None` if no thread can be
-    /// started.
-    pub fn start(out_dir: &Path) -> Option<LookAhead> {
+    /// Starts looking at the profiles written into `out_dir`, with symbols kept across runs
+    /// in `symbol_cache` (if any); `None` if no thread can be started.
+    pub fn start(out_dir: &Path, symbol_cache: Option<PathBuf>) -> Option<LookAhead> {
         let stop = Arc::new(AtomicBool::new(false));
         let dir = out_dir.to_owned();
         let flag = Arc::clone(&stop);
+        let cache = symbol_cache.clone();
         let thread = std::thread::Builder::new()
             .name("memwarden-look-ahead".into())
             .spawn(move || {
                 lower_own_priority();
-                symbolize_ahead(&dir, &flag, LOOK_INTERVAL)
+                let symbolizer = Symbolizer::with_disk_cache(cache);
+                symbolize_ahead(&dir, symbolizer, &flag, LOOK_INTERVAL)
             })
             .ok()?;
-        Some(LookAhead { stop, thread })
+        Some(LookAhead {
+            stop,
+            symbol_cache,
+            thread,
+        })
     }
 
     /// Stops the thread (at its next stack) and returns what it symbolized; a fresh
-    /// symbolizer if the thread failed.
+    /// symbolizer, with the same cache folder, if the thread failed.
     pub fn finish(self) -> Symbolizer {
         self.stop.store(true, Ordering::Relaxed);
         self.thread.thread().unpark();
-        self.thread.join().unwrap_or_default()
+        self.thread
+            .join()
+            .unwrap_or_else(|_| Symbolizer::with_disk_cache(self.symbol_cache))
     }
 }
 

@@ -11,6 +11,7 @@ pub fn report(args: &ReportArgs, colour: bool) -> Result<(), memwarden::Error> {
     let options = memwarden::report::Options {
         top: args.top,
         colour,
+        symbol_cache: memwarden::symbolize::disk_cache::default_dir(),
         ..Default::default()
     };
     let done = memwarden::report::generate(&args.dir, &options)?;

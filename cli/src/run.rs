@@ -114,13 +114,17 @@ pub fn run(args: &RunArgs, colour: bool) -> Result<i32, String> {
     if let Err(e) = record.write(&record_path) {
         say(&format!("memwarden: error: {e}"));
     }
-    let look_ahead = LookAhead::start(&out_dir);
+    let symbol_cache = memwarden::symbolize::disk_cache::default_dir();
+    let look_ahead = LookAhead::start(&out_dir, symbol_cache.clone());
 
     let relaying = run_signals::while_running(root);
     reap_all(root, &mut record.exits);
     relaying.stop();
     // Stopped before the profiles are compacted: it reads them.
-    let mut symbolizer = look_ahead.map(LookAhead::finish).unwrap_or_default();
+    let mut symbolizer = match look_ahead {
+        Some(look_ahead) => look_ahead.finish(),
+        None => Symbolizer::with_disk_cache(symbol_cache.clone()),
+    };
 
     record.complete = true;
     if let Err(e) = record.write(&record_path) {
@@ -139,6 +143,7 @@ pub fn run(args: &RunArgs, colour: bool) -> Result<i32, String> {
             top: args.top,
             colour,
             leak_gate: gate,
+            symbol_cache,
         };
         render_report(&out_dir, &loaded, &mut symbolizer, &options)
     });

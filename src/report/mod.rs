@@ -46,6 +46,8 @@ pub struct Options {
     pub colour: bool,
     /// What the leak gate counts and leaves out.
     pub leak_gate: leak_gate::LeakGate,
+    /// Where symbols are kept across runs (`symbolize::disk_cache`), if anywhere.
+    pub symbol_cache: Option<PathBuf>,
 }
 
 impl Default for Options {
@@ -54,6 +56,7 @@ impl Default for Options {
             top: 5,
             colour: false,
             leak_gate: leak_gate::LeakGate::default(),
+            symbol_cache: None,
         }
     }
 }
@@ -72,7 +75,8 @@ pub struct Generated {
 /// Loads `dir`, analyses and symbolizes its profiles, writes every report file into it,
 /// and returns the summary.
 pub fn generate(dir: &Path, options: &Options) -> Result<Generated, Error> {
-    generate_loaded(dir, &load_dir(dir)?, options, &mut Symbolizer::new())
+    let mut symbolizer = Symbolizer::with_disk_cache(options.symbol_cache.clone());
+    generate_loaded(dir, &load_dir(dir)?, options, &mut symbolizer)
 }
 
 /// [`generate`], for the output folder `dir` loaded already (its profile files are not
@@ -100,7 +104,11 @@ pub fn generate_loaded(
     };
     let mut report = json::build(command, &processes, symbolizer);
     options.leak_gate.mark_suppressed(&mut report);
-    let files = write_files(dir, &report)?;
+    let cache_writes = symbolizer.disk_cache_writes();
+    let files = std::thread::scope(|scope| {
+        scope.spawn(|| cache_writes.save());
+        write_files(dir, &report)
+    })?;
 
     let mut footer = Vec::new();
     if loaded.run.is_none() {

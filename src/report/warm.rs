@@ -29,12 +29,17 @@ const STACKS_PER_READ: usize = 4096;
 /// or for the report).
 const MAX_FILES: usize = 256;
 
-/// Symbolizes the stacks newly published in the profiles of output folder `dir`, looking
-/// again at once while there were new ones and after `interval` once there were none,
-/// until `stop` is set; returns the symbolizer, for the report. Whoever sets `stop` should
-/// unpark the calling thread, which otherwise sleeps out its interval.
-pub fn symbolize_ahead(dir: &Path, stop: &AtomicBool, interval: Duration) -> Symbolizer {
-    let mut ahead = LookAhead::new(dir);
+/// Symbolizes, with `symbolizer`, the stacks newly published in the profiles of output
+/// folder `dir`, looking again at once while there were new ones and after `interval` once
+/// there were none, until `stop` is set; returns the symbolizer, for the report. Whoever
+/// sets `stop` should unpark the calling thread, which otherwise sleeps out its interval.
+pub fn symbolize_ahead(
+    dir: &Path,
+    symbolizer: Symbolizer,
+    stop: &AtomicBool,
+    interval: Duration,
+) -> Symbolizer {
+    let mut ahead = LookAhead::new(dir, symbolizer);
     while let Some(found) = ahead.look(stop) {
         match found {
             Found::NewStacks => {}
@@ -67,13 +72,13 @@ pub struct LookAhead {
 }
 
 impl LookAhead {
-    /// Nothing looked at yet in output folder `dir`.
-    pub fn new(dir: &Path) -> LookAhead {
+    /// Nothing looked at yet in output folder `dir`; `symbolizer` will resolve its stacks.
+    pub fn new(dir: &Path, symbolizer: Symbolizer) -> LookAhead {
         LookAhead {
             dir: dir.to_owned(),
             files: BTreeMap::new(),
             finished: BTreeSet::new(),
-            symbolizer: Symbolizer::new(),
+            symbolizer,
         }
     }
 

@@ -5,9 +5,12 @@
 //! Frames are return addresses, so `address - 1` is looked up: it lies inside the call
 //! instruction, in the right function and on the right line. A crash's innermost frame is
 //! the faulting instruction itself and is looked up as is. Debug information is loaded
-//! once per module file and each (module, address) is resolved once, across processes.
+//! once per module file, only when an address is not known already, and each (module,
+//! address) is resolved once, across processes — and across runs, with a cache folder
+//! (`disk_cache`).
 
 mod debug_file;
+pub mod disk_cache;
 mod module;
 mod python;
 pub mod python_lines;
@@ -15,7 +18,9 @@ mod symbol_table;
 
 use std::collections::HashMap;
 
-use module::{Location, ModuleSymbols};
+use std::path::{Path, PathBuf};
+
+use module::{Location, ModuleFiles, ModuleSymbols};
 use serde::{Deserialize, Serialize};
 
 use crate::profile::{Module, Profile};
@@ -63,20 +68,108 @@ type ModuleKey = (String, Vec<u8>);
 #[derive(Default)]
 pub struct Symbolizer {
     index: HashMap<ModuleKey, usize>,
-    /// Each module's symbols, or why they cannot be loaded.
-    modules: Vec<Result<ModuleSymbols, String>>,
+    /// Each module's files, symbols and cache state.
+    modules: Vec<ModuleEntry>,
     /// Whether each module's failure to load was warned about.
     warned: Vec<bool>,
     cache: HashMap<(usize, u64), Box<[Location]>>,
     /// Python frames by process image (pid, start time) and frame word.
     python_cache: HashMap<(u32, u64, u64), Frame>,
     warnings: Vec<String>,
+    /// Where results are kept across runs, if anywhere.
+    disk_dir: Option<PathBuf>,
+}
+
+/// Cache-folder files to write: per module, the folder, the key and the entries.
+pub struct DiskWrites<'a> {
+    files: Vec<DiskWrite<'a>>,
+}
+
+/// One module's cache-folder file to write.
+struct DiskWrite<'a> {
+    dir: &'a Path,
+    key: &'a [u8],
+    entries: Vec<(u64, &'a [Location])>,
+}
+
+impl DiskWrites<'_> {
+    /// Writes the files (failures are ignored: the cache only saves time).
+    pub fn save(&self) {
+        for file in &self.files {
+            disk_cache::save(file.dir, file.key, &file.entries);
+        }
+    }
+}
+
+/// One module file as the symbolizer knows it.
+struct ModuleEntry {
+    /// Where its symbols come from, or why they cannot be used.
+    files: Result<ModuleFiles, String>,
+    /// Its symbols, loaded the first time an address is not already known.
+    symbols: Option<Result<ModuleSymbols, String>>,
+    /// Its key in the cache folder, when there is one.
+    disk_key: Option<Vec<u8>>,
+    /// Addresses resolved from its debug information (not found in the cache folder).
+    resolved: usize,
+}
+
+impl ModuleEntry {
+    /// Why its symbols cannot be used, if that is known.
+    fn failure(&self) -> Option<&str> {
+        match (&self.files, &self.symbols) {
+            (Err(reason), _) | (Ok(_), Some(Err(reason))) => Some(reason),
+            _ => None,
+        }
+    }
 }
 
 impl Symbolizer {
-    /// A symbolizer with nothing loaded.
+    /// A symbolizer with nothing loaded, that keeps nothing across runs.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A symbolizer that finds and keeps the results of earlier runs in `dir` (see
+    /// [`disk_cache`]); none if `dir` is `None`.
+    pub fn with_disk_cache(dir: Option<PathBuf>) -> Self {
+        Symbolizer {
+            disk_dir: dir,
+            ..Self::default()
+        }
+    }
+
+    /// Stores in the cache folder every module's results, for the modules that resolved
+    /// new addresses from their debug information.
+    pub fn save_disk_cache(&self) {
+        self.disk_cache_writes().save();
+    }
+
+    /// What [`Symbolizer::save_disk_cache`] writes, gathered: the writing can then go on
+    /// another thread (the symbolizer itself is not `Sync`).
+    pub fn disk_cache_writes(&self) -> DiskWrites<'_> {
+        let Some(dir) = &self.disk_dir else {
+            return DiskWrites { files: Vec::new() };
+        };
+        let mut by_module: HashMap<usize, Vec<(u64, &[Location])>> = HashMap::new();
+        for (&(index, probe), locations) in &self.cache {
+            let entry = &self.modules[index];
+            if entry.resolved > 0 && entry.disk_key.is_some() {
+                by_module.entry(index).or_default().push((probe, locations));
+            }
+        }
+        let files = by_module
+            .into_iter()
+            .filter_map(|(index, mut entries)| {
+                entries.sort_unstable_by_key(|&(probe, _)| probe);
+                let key = self.modules[index].disk_key.as_deref()?;
+                Some(DiskWrite {
+                    dir: dir.as_path(),
+                    key,
+                    entries,
+                })
+            })
+            .collect();
+        DiskWrites { files }
     }
 
     /// The frames for one recorded return `address` of `profile`, innermost first; one
@@ -130,13 +223,26 @@ impl Symbolizer {
         let name = module.report_name();
         let index = self.module_index(module, by);
         let probe = call.wrapping_sub(module.base);
-        let Ok(symbols) = &self.modules[index] else {
-            return unknown(name);
-        };
-        let locations = self
-            .cache
-            .entry((index, probe))
-            .or_insert_with(|| symbols.locate(probe).into());
+        if !self.cache.contains_key(&(index, probe)) {
+            let entry = &mut self.modules[index];
+            let located = match &entry.files {
+                Ok(files) => match entry
+                    .symbols
+                    .get_or_insert_with(|| ModuleSymbols::load(files))
+                {
+                    Ok(symbols) => Some(symbols.locate(probe)),
+                    Err(_) => None,
+                },
+                Err(_) => None,
+            };
+            let Some(located) = located else {
+                self.warn_if_failed(module, index, by);
+                return unknown(name);
+            };
+            entry.resolved += 1;
+            self.cache.insert((index, probe), located.into());
+        }
+        let locations = &self.cache[&(index, probe)];
         locations
             .iter()
             .map(|l| Frame {
@@ -172,32 +278,54 @@ impl Symbolizer {
         &self.warnings
     }
 
-    /// The index of `module`'s symbols, loading them the first time. A module that cannot
-    /// be loaded gets its warning the first time the report (not the look-ahead) uses it.
+    /// The index of `module`'s entry, finding its files (and what the cache folder holds
+    /// for them) the first time. A module that cannot be used gets its warning the first
+    /// time the report (not the look-ahead) uses it.
     fn module_index(&mut self, module: &Module, by: Use) -> usize {
         let key = (module.path.clone(), module.build_id.clone());
         let index = match self.index.get(&key) {
             Some(&index) => index,
             None => {
                 let index = self.modules.len();
-                self.modules.push(ModuleSymbols::open(module));
+                let files = ModuleFiles::find(module);
+                let disk_key = match (&self.disk_dir, &files) {
+                    (Some(_), Ok(files)) => disk_cache::key(&module.build_id, files),
+                    _ => None,
+                };
+                if let (Some(dir), Some(disk_key)) = (&self.disk_dir, &disk_key) {
+                    for (probe, locations) in disk_cache::load(dir, disk_key) {
+                        self.cache.insert((index, probe), locations);
+                    }
+                }
+                self.modules.push(ModuleEntry {
+                    files,
+                    symbols: None,
+                    disk_key,
+                    resolved: 0,
+                });
                 self.warned.push(false);
                 self.index.insert(key, index);
                 index
             }
         };
-        if let (Use::Report, Err(reason)) = (by, &self.modules[index]) {
-            if !std::mem::replace(&mut self.warned[index], true) {
-                let shown = if module.path.is_empty() {
-                    "a module"
-                } else {
-                    &module.path
-                };
-                self.warnings
-                    .push(format!("no symbols for {shown}: {reason}"));
-            }
-        }
+        self.warn_if_failed(module, index, by);
         index
+    }
+
+    /// Warns, once and only for the report, that `module`'s symbols cannot be used.
+    fn warn_if_failed(&mut self, module: &Module, index: usize, by: Use) {
+        let Some(reason) = self.modules[index].failure() else {
+            return;
+        };
+        if by == Use::Report && !std::mem::replace(&mut self.warned[index], true) {
+            let shown = if module.path.is_empty() {
+                "a module"
+            } else {
+                &module.path
+            };
+            self.warnings
+                .push(format!("no symbols for {shown}: {reason}"));
+        }
     }
 }
 

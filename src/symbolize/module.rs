@@ -2,7 +2,7 @@
 //! and falls back to its function symbols.
 
 use std::borrow::Cow;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use addr2line::{gimli, Loader};
 
@@ -19,17 +19,22 @@ pub(crate) struct Location {
     pub inlined: bool,
 }
 
-/// The debug information of a module, loaded once.
-pub(crate) struct ModuleSymbols {
-    /// DWARF: in the module itself or in its separate debug file.
-    dwarf: Option<Loader>,
-    /// Function symbols, searched in order: the debug file's, then the module's.
-    tables: Vec<SymbolTable>,
+/// The files a module's symbols come from, found without loading them: the module
+/// itself, the file holding its DWARF (itself or a separate debug file) and the dwz
+/// supplementary file that one refers to.
+pub(crate) struct ModuleFiles {
+    module: PathBuf,
+    /// The module's build id when its files were found: loading checks it again.
+    build_id: Option<Vec<u8>>,
+    /// The file with the DWARF and its supplementary file, if any DWARF was found.
+    dwarf: Option<(PathBuf, Option<PathBuf>)>,
+    /// The separate debug file, whose symbol table is searched before the module's.
+    debug_file: Option<PathBuf>,
 }
 
-impl ModuleSymbols {
-    /// Opens the module's file and its debug file; the error says why it cannot be used.
-    pub fn open(module: &Module) -> Result<ModuleSymbols, String> {
+impl ModuleFiles {
+    /// Finds the files of `module`; the error says why its symbols cannot be used.
+    pub fn find(module: &Module) -> Result<ModuleFiles, String> {
         if module.path.is_empty() {
             return Err("no path recorded".into());
         }
@@ -40,26 +45,76 @@ impl ModuleSymbols {
                 return Err("build id differs from the run's: the file changed since".into());
             }
         }
-        let load = |path: &Path, facts: &ElfFacts| {
-            Loader::new_with_sup(path, find_supplementary(path, facts)).map_err(|e| e.to_string())
-        };
-        let own_table = SymbolTable::read(path);
         if facts.has_dwarf {
-            return Ok(ModuleSymbols {
-                dwarf: Some(load(path, &facts)?),
-                tables: vec![own_table],
+            return Ok(ModuleFiles {
+                module: path.to_owned(),
+                dwarf: Some((path.to_owned(), find_supplementary(path, &facts))),
+                build_id: facts.build_id,
+                debug_file: None,
             });
         }
-        Ok(match find_debug_file(path, &facts) {
-            Some((debug_path, debug_facts)) => ModuleSymbols {
-                dwarf: Some(load(&debug_path, &debug_facts)?),
-                tables: vec![SymbolTable::read(&debug_path), own_table],
+        let debug = find_debug_file(path, &facts);
+        Ok(match debug {
+            Some((debug_path, debug_facts)) => ModuleFiles {
+                module: path.to_owned(),
+                build_id: facts.build_id,
+                dwarf: Some((
+                    debug_path.clone(),
+                    find_supplementary(&debug_path, &debug_facts),
+                )),
+                debug_file: Some(debug_path),
             },
-            None => ModuleSymbols {
+            None => ModuleFiles {
+                module: path.to_owned(),
+                build_id: facts.build_id,
                 dwarf: None,
-                tables: vec![own_table],
+                debug_file: None,
             },
         })
+    }
+
+    /// Every file the symbols are read from, each once.
+    pub fn paths(&self) -> Vec<&Path> {
+        let mut paths = vec![self.module.as_path()];
+        if let Some((dwarf, supplementary)) = &self.dwarf {
+            paths.push(dwarf);
+            paths.extend(supplementary.as_deref());
+        }
+        paths.dedup();
+        paths
+    }
+}
+
+/// The debug information of a module, loaded once.
+pub(crate) struct ModuleSymbols {
+    /// DWARF: in the module itself or in its separate debug file.
+    dwarf: Option<Loader>,
+    /// Function symbols, searched in order: the debug file's, then the module's.
+    tables: Vec<SymbolTable>,
+}
+
+impl ModuleSymbols {
+    /// Loads the symbols from `files` (this is where a module's debug sections are read and
+    /// inflated); the error says why they cannot be used.
+    pub fn load(files: &ModuleFiles) -> Result<ModuleSymbols, String> {
+        // Loading may come long after the files were found (the cache folder answered
+        // until then): a module rebuilt meanwhile must not be read for the old one.
+        if ElfFacts::read(&files.module)?.build_id != files.build_id {
+            return Err("build id differs from the run's: the file changed since".into());
+        }
+        let dwarf = match &files.dwarf {
+            Some((path, supplementary)) => Some(
+                Loader::new_with_sup(path, supplementary.as_deref()).map_err(|e| e.to_string())?,
+            ),
+            None => None,
+        };
+        let mut tables: Vec<SymbolTable> = files
+            .debug_file
+            .iter()
+            .map(|p| SymbolTable::read(p))
+            .collect();
+        tables.push(SymbolTable::read(&files.module));
+        Ok(ModuleSymbols { dwarf, tables })
     }
 
     /// The frames at `probe`, an address as stated in the ELF file; never empty.

@@ -304,7 +304,7 @@ fn symbols_loaded_ahead_serve_the_report_and_failures_warn_only_when_it_uses_the
     let profile_path = out.join("raw").join("1-1.mwp");
     std::fs::write(&profile_path, bytes).unwrap();
 
-    let mut ahead = LookAhead::new(&out);
+    let mut ahead = LookAhead::new(&out, Symbolizer::new());
     let go_on = AtomicBool::new(false);
     assert_eq!(ahead.look(&go_on), Some(Found::NewStacks));
     assert_eq!(
@@ -315,11 +315,11 @@ fn symbols_loaded_ahead_serve_the_report_and_failures_warn_only_when_it_uses_the
     let empty = dir.path().join("empty");
     std::fs::create_dir_all(empty.join("raw")).unwrap();
     assert_eq!(
-        LookAhead::new(&empty).look(&go_on),
+        LookAhead::new(&empty, Symbolizer::new()).look(&go_on),
         Some(Found::NoProfileYet)
     );
     assert_eq!(
-        LookAhead::new(&empty).look(&AtomicBool::new(true)),
+        LookAhead::new(&empty, Symbolizer::new()).look(&AtomicBool::new(true)),
         None,
         "stopped"
     );
@@ -351,4 +351,70 @@ fn symbols_loaded_ahead_serve_the_report_and_failures_warn_only_when_it_uses_the
         symbolizer.warnings()
     );
     assert!(symbolizer.warnings()[0].contains("libgone.so"));
+}
+
+/// Symbolizes every address of `outer` in `library` with a cache folder `cache`; returns
+/// the frames and whether the library's debug information had to be loaded.
+fn frames_with_cache(library: &Path, cache: &Path) -> (Vec<Vec<Frame>>, bool) {
+    let (start, end) = symbol_range(library, "outer");
+    let profile = profile_with(vec![module(library, 0, 0, 1 << 40, 0)]);
+    let mut symbolizer = Symbolizer::with_disk_cache(Some(cache.to_owned()));
+    let frames = (start..end)
+        .map(|address| symbolizer.frames(&profile, address + 1))
+        .collect();
+    let loaded = symbolizer.modules.iter().any(|m| m.symbols.is_some());
+    symbolizer.save_disk_cache();
+    (frames, loaded)
+}
+
+#[test]
+fn a_second_run_is_answered_by_the_cache_folder_with_the_same_frames() {
+    let dir = tempfile::tempdir().unwrap();
+    let library = compile_library(dir.path());
+    let cache = dir.path().join("cache");
+    let (cold, loaded_cold) = frames_with_cache(&library, &cache);
+    assert!(loaded_cold);
+    let (warm, loaded_warm) = frames_with_cache(&library, &cache);
+    assert!(!loaded_warm, "every address was in the cache folder");
+    assert_eq!(warm, cold);
+    assert!(cold.iter().any(|f| f.len() == 2 && f[0].inlined));
+
+    // Rebuilt (another modification time, and here other code): another key, and the
+    // frames of the new file.
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    std::fs::write(
+        dir.path().join("mwtest.c"),
+        format!("int pad(int x) {{ return x * 5; }}\n{LIBRARY_SOURCE}"),
+    )
+    .unwrap();
+    let status = Command::new("cc")
+        .args(["-O2", "-g", "-shared", "-fPIC", "-o"])
+        .arg(&library)
+        .arg(dir.path().join("mwtest.c"))
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let (rebuilt, loaded_rebuilt) = frames_with_cache(&library, &cache);
+    assert!(
+        loaded_rebuilt,
+        "a rebuilt library is not answered from the cache"
+    );
+    assert_eq!(rebuilt.last().unwrap().last().unwrap().line, Some(5));
+    assert_eq!(std::fs::read_dir(&cache).unwrap().count(), 2);
+}
+
+#[test]
+fn without_a_cache_folder_nothing_is_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let library = compile_library(dir.path());
+    let profile = profile_with(vec![module(&library, 0, 0, 1 << 40, 0)]);
+    let mut symbolizer = Symbolizer::new();
+    let (start, _) = symbol_range(&library, "outer");
+    symbolizer.frames(&profile, start + 1);
+    symbolizer.save_disk_cache();
+    let names: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(names.len(), 2, "{names:?}");
 }
