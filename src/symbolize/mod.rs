@@ -17,7 +17,6 @@ pub mod python_lines;
 mod symbol_table;
 
 use std::collections::HashMap;
-
 use std::path::{Path, PathBuf};
 
 use module::{Location, ModuleFiles, ModuleSymbols};
