@@ -27,12 +27,7 @@ fn work_frames(run: &Profiled) -> Vec<(String, u32)> {
         .iter()
         .find(|s| s.allocated_bytes == 313131)
         .unwrap_or_else(|| panic!("no stack allocated 313131 bytes\n{}", p.describe()));
-    stack
-        .frames
-        .iter()
-        .filter(|f| f.in_test_program())
-        .map(|f| (f.function.clone().unwrap_or_default(), f.line.unwrap_or(0)))
-        .collect()
+    stack.program_lines()
 }
 
 fn cached_run(scratch: &Scratch, prog: &Program, cache: &str) -> Profiled {

@@ -53,16 +53,6 @@ fn stack_of(p: &Process, bytes: u64) -> &Stack {
     found[0]
 }
 
-/// `(function, line)` of the frames that are in the test program, innermost first.
-fn program_frames(stack: &Stack) -> Vec<(String, u32)> {
-    stack
-        .frames
-        .iter()
-        .filter(|f| f.in_test_program())
-        .map(|f| (f.function.clone().unwrap_or_default(), f.line.unwrap_or(0)))
-        .collect()
-}
-
 #[test]
 fn frames_name_the_function_file_line_and_module_of_each_call() {
     let scratch = Scratch::new("symbols");
@@ -78,7 +68,7 @@ fn frames_name_the_function_file_line_and_module_of_each_call() {
         ("middle".to_owned(), prog.line_of("MIDDLE_CALLS_LEAF")),
         ("main".to_owned(), prog.line_of("MAIN_CALLS_MIDDLE")),
     ];
-    assert_eq!(program_frames(leaf), expected, "{:#?}", leaf.frames);
+    assert_eq!(leaf.program_lines(), expected, "{:#?}", leaf.frames);
     for frame in leaf.frames.iter().filter(|f| f.in_test_program()) {
         let file = frame.file.as_deref().unwrap_or("");
         assert_eq!(
@@ -96,7 +86,7 @@ fn frames_name_the_function_file_line_and_module_of_each_call() {
     let mut expected = vec![("recurse".to_owned(), prog.line_of("RECURSE_MALLOC"))];
     expected.extend((0..9).map(|_| ("recurse".to_owned(), prog.line_of("RECURSE_CALLS_ITSELF"))));
     expected.push(("main".to_owned(), prog.line_of("MAIN_CALLS_RECURSE")));
-    assert_eq!(program_frames(deep), expected, "{:#?}", deep.frames);
+    assert_eq!(deep.program_lines(), expected, "{:#?}", deep.frames);
 }
 
 #[test]
@@ -139,7 +129,7 @@ fn max_depth_bounds_the_frames_kept() {
         "{:#?}",
         deep.frames
     );
-    let frames = program_frames(deep);
+    let frames = deep.program_lines();
     assert!(!frames.is_empty(), "{:#?}", deep.frames);
     assert!(
         frames.iter().all(|(f, _)| f == "recurse"),

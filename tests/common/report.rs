@@ -82,6 +82,17 @@ pub struct Frame {
     pub module: Option<String>,
 }
 
+impl Stack {
+    /// `(function, line)` of the frames in a program the test compiled, innermost first.
+    pub fn program_lines(&self) -> Vec<(String, u32)> {
+        self.frames
+            .iter()
+            .filter(|f| f.in_test_program())
+            .map(|f| (f.function.clone().unwrap_or_default(), f.line.unwrap_or(0)))
+            .collect()
+    }
+}
+
 /// The last path component of `path`.
 pub fn basename(path: &str) -> &str {
     path.rsplit('/').next().unwrap_or(path)
