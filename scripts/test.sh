@@ -36,6 +36,9 @@ cargo clippy --workspace --all-targets -- -D warnings
 echo "== cargo build --release" >&2
 cargo build --release --workspace
 echo "== cargo test --release" >&2
+# The runs under test keep their symbols in the build folder, not in the user's cache
+# folder (each test compiles programs of its own, each a new cache file).
+export MEMWARDEN_SYMBOL_CACHE=${MEMWARDEN_SYMBOL_CACHE:-$PWD/target/test-symbol-cache}
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 status=0
