@@ -351,6 +351,10 @@ def main():
         else:
             py_versions = python_versions(python)
             workloads += python_workloads(python, peers, scale)
+    # memwarden's symbol cache: emptied, so that the first round is cold (docs say so).
+    symbol_cache = WORK / "symbol-cache"
+    shutil.rmtree(symbol_cache, ignore_errors=True)
+    os.environ["MEMWARDEN_SYMBOL_CACHE"] = str(symbol_cache)
     samples = {w.name: {t: [] for t in w.tools} for w in workloads}
     for n in range(runs):
         for w in workloads:

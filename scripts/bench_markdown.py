@@ -154,7 +154,10 @@ def native_markdown(all_workloads, samples, runs: int) -> str:
         "measurements, not tests: the machine is shared and noisy (the same bare run varies by up to "
         "twice between rounds), so compare only ratios taken side by side in one run. The Python workloads, beside Fil and "
         "Memray, are in [Python](#python) below (`scripts/bench.sh --only native|python` runs one group and "
-        "keeps the other's figures).",
+        "keeps the other's figures). memwarden keeps symbols across runs (`MEMWARDEN_SYMBOL_CACHE`, here "
+        "`bench-out/symbol-cache`, emptied before the first round): the first round's memwarden runs "
+        "symbolize from the debug information, the others mostly from that cache, as a program "
+        "profiled again does.",
         "",
         f"- Machine: {machine()}",
         f"- Versions: {versions()}",
