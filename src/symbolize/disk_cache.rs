@@ -91,7 +91,7 @@ pub(crate) fn load(dir: &Path, key: &[u8]) -> Vec<(u64, Box<[Location]>)> {
 }
 
 /// Stores `entries` for `key` in `dir` (created if needed), replacing what was there.
-/// Failures are ignored: the cache only saves time.
+/// Failures are ignored: the cache only saves time. [`trim`] keeps the folder's size.
 pub(crate) fn save(dir: &Path, key: &[u8], entries: &[(u64, &[Location])]) {
     if std::fs::create_dir_all(dir).is_err() {
         return;
@@ -106,13 +106,12 @@ pub(crate) fn save(dir: &Path, key: &[u8], entries: &[(u64, &[Location])]) {
         .and_then(|mut file| file.write_all(&encode(key, entries)));
     if written.is_err() || std::fs::rename(&temporary, &path).is_err() {
         let _ = std::fs::remove_file(&temporary);
-        return;
     }
-    trim(dir);
 }
 
-/// Removes the least recently used files past [`MAX_FILES`].
-fn trim(dir: &Path) {
+/// Removes the least recently used files past [`MAX_FILES`] (once per report: it looks at
+/// every file of the folder).
+pub(crate) fn trim(dir: &Path) {
     let Ok(listing) = std::fs::read_dir(dir) else {
         return;
     };

@@ -92,10 +92,14 @@ struct DiskWrite<'a> {
 }
 
 impl DiskWrites<'_> {
-    /// Writes the files (failures are ignored: the cache only saves time).
+    /// Writes the files (failures are ignored: the cache only saves time), then trims the
+    /// folder.
     pub fn save(&self) {
         for file in &self.files {
             disk_cache::save(file.dir, file.key, &file.entries);
+        }
+        if let Some(first) = self.files.first() {
+            disk_cache::trim(first.dir);
         }
     }
 }
