@@ -171,11 +171,17 @@ impl<'r> Collapsed<'r> {
         let total: u64 = counted.iter().map(|&(_, count)| count).sum();
         let narrow = INFERNO_MIN_WIDTH_PERCENT / (100.0 / total as f64) * CUT_SHARE_OF_MIN_WIDTH;
         let kept = kept_depths(&counted, |width| (width as f64) < narrow);
-        let mut cut: Vec<(&[u32], u64)> = counted
-            .iter()
-            .zip(kept)
-            .map(|(&(ids, count), depth)| (&ids[..depth], count))
-            .collect();
+        // The lines under a frame cut off all become the same line, and they are
+        // consecutive: merged first, they leave a tenth as many lines to sort (the lines
+        // cut to a frame of which wider children were kept still have to find their place).
+        let mut cut: Vec<(&[u32], u64)> = Vec::new();
+        for (&(ids, count), depth) in counted.iter().zip(kept) {
+            let ids = &ids[..depth];
+            match cut.last_mut() {
+                Some((last, total)) if *last == ids => *total += count,
+                _ => cut.push((ids, count)),
+            }
+        }
         cut.sort_by(|a, b| self.labels.compare(a.0, b.0));
         let mut out = Vec::new();
         let mut lines = cut.into_iter().peekable();
