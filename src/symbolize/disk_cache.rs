@@ -24,6 +24,8 @@ pub const CACHE_VARIABLE: &str = "MEMWARDEN_SYMBOL_CACHE";
 const MAGIC: &[u8; 8] = b"MWSYMC01";
 /// Files kept in the folder; past this, the least recently used are removed.
 const MAX_FILES: usize = 2000;
+/// A temporary file older than this was left by a run that died while writing it.
+const ABANDONED_AFTER: std::time::Duration = std::time::Duration::from_secs(3600);
 
 /// The cache folder: `$MEMWARDEN_SYMBOL_CACHE`, else `$XDG_CACHE_HOME/memwarden/symbols`,
 /// else `~/.cache/memwarden/symbols`; `None` when turned off (`off` or empty) or no home
@@ -109,17 +111,28 @@ pub(crate) fn save(dir: &Path, key: &[u8], entries: &[(u64, &[Location])]) {
     }
 }
 
-/// Removes the least recently used files past [`MAX_FILES`] (once per report: it looks at
-/// every file of the folder).
+/// Removes the least recently used files past [`MAX_FILES`], and temporary files a run
+/// that died while writing left behind (once per report: it looks at every file of the
+/// folder).
 pub(crate) fn trim(dir: &Path) {
     let Ok(listing) = std::fs::read_dir(dir) else {
         return;
     };
-    let mut files: Vec<(SystemTime, PathBuf)> = listing
-        .filter_map(Result::ok)
-        .filter(|entry| entry.path().extension().is_some_and(|e| e == "sym"))
-        .filter_map(|entry| Some((entry.metadata().ok()?.modified().ok()?, entry.path())))
-        .collect();
+    let abandoned_before = SystemTime::now() - ABANDONED_AFTER;
+    let mut files: Vec<(SystemTime, PathBuf)> = Vec::new();
+    for entry in listing.filter_map(Result::ok) {
+        let path = entry.path();
+        let Some(modified) = entry.metadata().ok().and_then(|m| m.modified().ok()) else {
+            continue;
+        };
+        match path.extension().and_then(|e| e.to_str()) {
+            Some("sym") => files.push((modified, path)),
+            Some("tmp") if modified < abandoned_before => {
+                let _ = std::fs::remove_file(&path);
+            }
+            _ => {}
+        }
+    }
     if files.len() <= MAX_FILES {
         return;
     }

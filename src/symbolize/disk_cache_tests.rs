@@ -105,7 +105,23 @@ fn the_oldest_files_go_past_the_limit() {
     for n in 0..MAX_FILES {
         std::fs::write(dir.path().join(format!("{:016x}.sym", n + 1)), b"x").unwrap();
     }
+    // A temporary file a dead run left, and one being written now.
+    let abandoned = dir.path().join(".1.0000000000000001.sym.tmp");
+    std::fs::write(&abandoned, b"x").unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(&abandoned)
+        .unwrap()
+        .set_modified(long_ago)
+        .unwrap();
+    let in_progress = dir.path().join(".2.0000000000000002.sym.tmp");
+    std::fs::write(&in_progress, b"x").unwrap();
     trim(dir.path());
     assert!(!old.exists());
-    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), MAX_FILES);
+    assert!(!abandoned.exists());
+    assert!(in_progress.exists());
+    assert_eq!(
+        std::fs::read_dir(dir.path()).unwrap().count(),
+        MAX_FILES + 1
+    );
 }
