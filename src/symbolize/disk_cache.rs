@@ -118,7 +118,8 @@ pub(crate) fn trim(dir: &Path) {
     let Ok(listing) = std::fs::read_dir(dir) else {
         return;
     };
-    let abandoned_before = SystemTime::now() - ABANDONED_AFTER;
+    // A clock set before 1970 + an hour leaves temporary files alone (no panic).
+    let abandoned_before = SystemTime::now().checked_sub(ABANDONED_AFTER);
     let mut files: Vec<(SystemTime, PathBuf)> = Vec::new();
     for entry in listing.filter_map(Result::ok) {
         let path = entry.path();
@@ -127,7 +128,7 @@ pub(crate) fn trim(dir: &Path) {
         };
         match path.extension().and_then(|e| e.to_str()) {
             Some("sym") => files.push((modified, path)),
-            Some("tmp") if modified < abandoned_before => {
+            Some("tmp") if abandoned_before.is_some_and(|before| modified < before) => {
                 let _ = std::fs::remove_file(&path);
             }
             _ => {}
