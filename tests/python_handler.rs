@@ -196,6 +196,19 @@ fn memwardens_sitecustomize_never_breaks_a_python_it_cannot_serve() {
         stderr.starts_with("memwarden: NumPy's data-memory handler not installed ("),
         "{stderr}"
     );
+
+    // The installer gone from the folder (loaded only when NumPy is imported): one line,
+    // and the program runs on with NumPy's own handler.
+    std::fs::remove_file(run.dir.join(".python").join("memwarden_numpy.py")).expect("remove");
+    let missing = bare(Some("libc.so.6"));
+    assert_success(&missing, "the script without memwarden's NumPy installer");
+    assert_eq!(value(&missing.stdout_text(), "main"), ["default_allocator"]);
+    let stderr = missing.stderr_text();
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.starts_with("memwarden: cannot watch the import of numpy._core._multiarray_umath"),
+        "{stderr}"
+    );
 }
 
 #[test]

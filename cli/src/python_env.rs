@@ -1,5 +1,6 @@
 //! Before the run: the Python end of the pipeline. Writes memwarden's `sitecustomize.py`
-//! into a hidden folder of the output folder and builds the environment that puts that
+//! (and the NumPy installer it loads, `memwarden_numpy.py`) into a hidden folder of the
+//! output folder and builds the environment that puts that
 //! folder first on `PYTHONPATH`, so that every Python of the profiled tree installs
 //! memwarden's NumPy data-memory handler (NEP 49) when it imports NumPy (docs/python.md).
 
@@ -12,8 +13,15 @@ use crate::io_reason as reason;
 
 /// The folder of the output folder that holds memwarden's `sitecustomize.py`.
 pub const SITE_DIR: &str = ".python";
-/// The text of memwarden's `sitecustomize.py`.
-const SITECUSTOMIZE: &str = include_str!("python/sitecustomize.py");
+/// The files of that folder: memwarden's `sitecustomize.py`, read by every Python start,
+/// and the part it loads only when NumPy is imported.
+const FILES: [(&str, &str); 2] = [
+    ("sitecustomize.py", include_str!("python/sitecustomize.py")),
+    (
+        "memwarden_numpy.py",
+        include_str!("python/memwarden_numpy.py"),
+    ),
+];
 /// Python's search path, read by every Python the target starts.
 const PYTHONPATH: &str = "PYTHONPATH";
 /// The path of `libmemwarden.so`, for the Python side to find the handler's exports by.
@@ -22,10 +30,10 @@ const LIBRARY_VARIABLE: &str = "MEMWARDEN_LIBRARY";
 /// The variables the target gets for Python: `PYTHONPATH` and `MEMWARDEN_LIBRARY`.
 pub type PythonEnv = Vec<(&'static str, OsString)>;
 
-/// Writes `out_dir/.python/sitecustomize.py` and returns the variables to set. `Ok(None)`
-/// when `out_dir`'s path holds a `:`, which `PYTHONPATH` cannot carry (the run goes on,
-/// NumPy's array data is then seen through malloc only); `Err` when the file cannot be
-/// written.
+/// Writes `out_dir/.python/sitecustomize.py` and `memwarden_numpy.py`, and returns the
+/// variables to set. `Ok(None)` when `out_dir`'s path holds a `:`, which `PYTHONPATH`
+/// cannot carry (the run goes on, NumPy's array data is then seen through malloc only);
+/// `Err` when a file cannot be written.
 pub fn prepare(
     out_dir: &Path,
     library: &Path,
@@ -37,9 +45,11 @@ pub fn prepare(
     };
     fs::create_dir_all(&site)
         .map_err(|e| format!("cannot create {}: {}", site.display(), reason(&e)))?;
-    let file = site.join("sitecustomize.py");
-    fs::write(&file, SITECUSTOMIZE)
-        .map_err(|e| format!("cannot write {}: {}", file.display(), reason(&e)))?;
+    for (name, text) in FILES {
+        let file = site.join(name);
+        fs::write(&file, text)
+            .map_err(|e| format!("cannot write {}: {}", file.display(), reason(&e)))?;
+    }
     Ok(Some(vec![
         (PYTHONPATH, python_path),
         (LIBRARY_VARIABLE, library.as_os_str().to_owned()),
@@ -90,9 +100,10 @@ mod tests {
         let env = prepare(dir.path(), Path::new("/lib/libmemwarden.so"), None)
             .unwrap()
             .unwrap();
-        let written =
-            fs::read_to_string(dir.path().join(SITE_DIR).join("sitecustomize.py")).unwrap();
-        assert_eq!(written, SITECUSTOMIZE);
+        for (name, text) in FILES {
+            let written = fs::read_to_string(dir.path().join(SITE_DIR).join(name)).unwrap();
+            assert_eq!(written, text);
+        }
         assert_eq!(env[1], (LIBRARY_VARIABLE, "/lib/libmemwarden.so".into()));
     }
 }

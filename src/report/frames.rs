@@ -14,8 +14,10 @@ use crate::symbolize::{Frame, FrameKind};
 /// Frames in a module whose file name starts so are the profiler's own (its wrapper
 /// around `main`, say).
 const PROFILER_MODULE_PREFIX: &str = "libmemwarden";
-/// The file of the Python hook `memwarden run` installs (`DIR/.python/sitecustomize.py`).
-const PROFILER_PYTHON_HOOK: &str = "/.python/sitecustomize.py";
+/// The files of the Python hook `memwarden run` installs: `DIR/.python/sitecustomize.py`
+/// and the NumPy installer it loads (whose wrapped `exec_module` runs NumPy's core).
+const PROFILER_PYTHON_HOOK: [&str; 2] =
+    ["/.python/sitecustomize.py", "/.python/memwarden_numpy.py"];
 /// The function after which (outwards) only C start-up code follows.
 const ENTRY_FUNCTION: &str = "main";
 /// The C start-up code that calls `main`.
@@ -178,7 +180,7 @@ fn trim<T>(frames: Vec<T>, flags: impl Fn(&T) -> u8) -> Vec<T> {
 }
 
 /// A frame of the profiler itself: in its library, or in the Python hook the CLI installs
-/// (`DIR/.python/sitecustomize.py`, which watches for NumPy's import).
+/// (`DIR/.python/`, which watches for NumPy's import).
 fn is_profiler_frame(frame: &Frame) -> bool {
     match frame.kind {
         FrameKind::Native => frame
@@ -188,7 +190,7 @@ fn is_profiler_frame(frame: &Frame) -> bool {
         FrameKind::Python => frame
             .file
             .as_deref()
-            .is_some_and(|f| f.ends_with(PROFILER_PYTHON_HOOK)),
+            .is_some_and(|f| PROFILER_PYTHON_HOOK.iter().any(|hook| f.ends_with(hook))),
     }
 }
 
@@ -281,7 +283,8 @@ mod tests {
         };
         let frames = vec![
             python("_call_with_frames_removed", "<frozen importlib._bootstrap>"),
-            python("exec_module", "/out/.python/sitecustomize.py"),
+            python("exec_module", "/out/.python/memwarden_numpy.py"),
+            python("find_spec", "/out/.python/sitecustomize.py"),
             python("<module>", "/work/sitecustomize.py"),
         ];
         assert_eq!(
