@@ -186,28 +186,28 @@ fn memwardens_sitecustomize_never_breaks_a_python_it_cannot_serve() {
     assert_eq!(value(&alone.stdout_text(), "main"), ["default_allocator"]);
     assert_eq!(alone.stderr_text(), "");
 
-    // A loaded library without the handler's exports: one line, and the program runs on.
-    let wrong = bare(Some("libc.so.6"));
-    assert_success(&wrong, "the script with a library lacking the exports");
-    assert_eq!(value(&wrong.stdout_text(), "main"), ["default_allocator"]);
-    let stderr = wrong.stderr_text();
-    assert_eq!(stderr.lines().count(), 1, "{stderr}");
-    assert!(
-        stderr.starts_with("memwarden: NumPy's data-memory handler not installed ("),
-        "{stderr}"
+    // The program runs on with NumPy's own handler, and memwarden says one line.
+    let runs_on_saying = |outcome: &Outcome, what: &str, line_start: &str| {
+        assert_success(outcome, what);
+        assert_eq!(value(&outcome.stdout_text(), "main"), ["default_allocator"]);
+        let stderr = outcome.stderr_text();
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        assert!(stderr.starts_with(line_start), "{stderr}");
+    };
+
+    // A loaded library without the handler's exports.
+    runs_on_saying(
+        &bare(Some("libc.so.6")),
+        "the script with a library lacking the exports",
+        "memwarden: NumPy's data-memory handler not installed (",
     );
 
-    // The installer gone from the folder (loaded only when NumPy is imported): one line,
-    // and the program runs on with NumPy's own handler.
+    // The installer gone from the folder (it is loaded only when NumPy is imported).
     std::fs::remove_file(run.dir.join(".python").join("memwarden_numpy.py")).expect("remove");
-    let missing = bare(Some("libc.so.6"));
-    assert_success(&missing, "the script without memwarden's NumPy installer");
-    assert_eq!(value(&missing.stdout_text(), "main"), ["default_allocator"]);
-    let stderr = missing.stderr_text();
-    assert_eq!(stderr.lines().count(), 1, "{stderr}");
-    assert!(
-        stderr.starts_with("memwarden: cannot watch the import of numpy._core._multiarray_umath"),
-        "{stderr}"
+    runs_on_saying(
+        &bare(Some("libc.so.6")),
+        "the script without memwarden's NumPy installer",
+        "memwarden: cannot watch the import of numpy._core._multiarray_umath",
     );
 }
 
