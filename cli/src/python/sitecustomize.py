@@ -5,7 +5,7 @@ folder first on PYTHONPATH, so every Python of the profiled tree imports it at s
 It does two things, and must never break the program:
 
 1. It watches imports until NumPy's C core (`numpy._core._multiarray_umath`, or
-   `numpy.core._multiarray_umath` in NumPy 1.x) is imported, then compiles and runs
+   `numpy.core._multiarray_umath` in NumPy 1.x) is imported, then loads and runs
    `memwarden_numpy.py` from the same folder, which installs memwarden's NEP 49
    data-memory handler through NumPy's C-API once the core has run, and stops the watch.
    Other imports cost one set lookup each, while the watch lasts. This file stays small
