@@ -1,8 +1,8 @@
 //! Before the run: the Python end of the pipeline. Writes memwarden's `sitecustomize.py`
 //! (and the NumPy installer it loads, `memwarden_numpy.py`) into a hidden folder of the
-//! output folder and builds the environment that puts that
-//! folder first on `PYTHONPATH`, so that every Python of the profiled tree installs
-//! memwarden's NumPy data-memory handler (NEP 49) when it imports NumPy (docs/python.md).
+//! output folder and builds the environment that puts that folder first on `PYTHONPATH`,
+//! so that every Python of the profiled tree installs memwarden's NumPy data-memory
+//! handler (NEP 49) when it imports NumPy (docs/python.md).
 
 use std::ffi::{OsStr, OsString};
 use std::fs;
@@ -11,7 +11,7 @@ use std::path::Path;
 
 use crate::io_reason as reason;
 
-/// The folder of the output folder that holds memwarden's `sitecustomize.py`.
+/// The folder of the output folder that holds memwarden's Python files.
 pub const SITE_DIR: &str = ".python";
 /// The files of that folder: memwarden's `sitecustomize.py`, read by every Python start,
 /// and the part it loads only when NumPy is imported.
