@@ -3,9 +3,13 @@
 
 use std::io::Write;
 
+use memwarden::symbolize::Symbolizer;
+
 use crate::args::ReportArgs;
 
-/// Regenerates every report file in `args.dir` and prints the summary on stdout.
+/// Regenerates every report file in `args.dir` and prints the summary on stdout. Meant to
+/// be called once, by `main` just before it exits: the report's memory is left to the exit
+/// ([`crate::leave_to_exit`]).
 pub fn report(args: &ReportArgs, colour: bool) -> Result<(), memwarden::Error> {
     crate::output_dir::fail_writes_past_file_limit();
     let options = memwarden::report::Options {
@@ -14,8 +18,11 @@ pub fn report(args: &ReportArgs, colour: bool) -> Result<(), memwarden::Error> {
         symbol_cache: memwarden::symbolize::disk_cache::default_dir(),
         ..Default::default()
     };
-    let done = memwarden::report::generate(&args.dir, &options)?;
+    let loaded = memwarden::profile::load_dir(&args.dir)?;
+    let mut symbolizer = Symbolizer::with_disk_cache(options.symbol_cache.clone());
+    let done = memwarden::report::generate_loaded(&args.dir, &loaded, &options, &mut symbolizer)?;
     // A closed stdout (`| head`) is not an error of the report.
     let _ = std::io::stdout().write_all(done.summary.as_bytes());
+    crate::leave_to_exit((loaded, symbolizer, done));
     Ok(())
 }

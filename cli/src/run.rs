@@ -32,7 +32,7 @@ const UNKNOWN_STATUS: i32 = 1;
 /// Runs the command. `Err` is a refusal before the target started (one line); once it
 /// has started the result is the target's own exit status, whatever happens to the report.
 /// Meant to be called once, by `main` just before it exits: the report's memory is left to
-/// the exit ([`leave_to_exit`]).
+/// the exit ([`crate::leave_to_exit`]).
 pub fn run(args: &RunArgs, colour: bool) -> Result<i32, String> {
     let program = target_check::resolve(&args.command[0])?;
     target_check::check(&program)?;
@@ -154,7 +154,7 @@ pub fn run(args: &RunArgs, colour: bool) -> Result<i32, String> {
             leaks_fail: false,
         },
     };
-    leave_to_exit((loaded, symbolizer, rendered));
+    crate::leave_to_exit((loaded, symbolizer, rendered));
     Ok(match args.guard.error_exitcode {
         Some(code) if found.heap_errors || (gate_check && found.leaks_fail) => i32::from(code),
         _ => status,
@@ -175,15 +175,6 @@ fn compact_profiles(out_dir: &Path) {
 /// Writes a line on stderr; a closed stderr is not worth dying for.
 fn say(line: &str) {
     let _ = writeln!(std::io::stderr(), "{line}");
-}
-
-/// Nothing is left to do with `value` but free it, and the process is about to exit:
-/// the kernel takes its memory back at once, where freeing it would walk every allocation
-/// and unmap each debug file. On the imports workload that was 45 ms after the report was
-/// written (the symbolizer's debug information 20 ms, the loaded profile and the report
-/// 12 ms each); on the NumPy one, 15 ms.
-fn leave_to_exit<T>(value: T) {
-    std::mem::forget(value);
 }
 
 /// What the report found that can decide the exit status.
