@@ -15,168 +15,82 @@ pub(super) fn put(file: &mut [u8], offset: impl TryInto<usize>, bytes: &[u8]) {
     file[offset..offset + bytes.len()].copy_from_slice(bytes);
 }
 
-pub(super) fn write_header(file: &mut [u8], h: &Header) {
-    macro_rules! field {
-        ($name:ident) => {
-            put(file, offset_of!(Header, $name), &h.$name.to_le_bytes())
-        };
+/// Puts `words` one after the other at `at`, little-endian.
+fn put_words(file: &mut [u8], at: usize, words: &[u64]) {
+    for (i, word) in words.iter().enumerate() {
+        put(file, at + 8 * i, &word.to_le_bytes());
     }
+}
+
+/// Puts each named field of `record` (a `Type`) at `at` plus its offset, little-endian.
+macro_rules! put_fields {
+    ($file:expr, $at:expr, $type:ty, $record:expr; $($name:ident),+ $(,)?) => {
+        $(put($file, $at + offset_of!($type, $name), &$record.$name.to_le_bytes());)+
+    };
+}
+
+pub(super) fn write_header(file: &mut [u8], h: &Header) {
     put(file, offset_of!(Header, magic), &h.magic);
-    field!(version);
-    field!(header_size);
-    field!(pid);
-    field!(ppid);
-    field!(max_depth);
-    field!(exit_kind);
-    field!(exit_value);
-    field!(degraded_reason);
-    field!(start_realtime_ns);
-    field!(start_monotonic_ns);
+    put_fields!(
+        file, 0, Header, h;
+        version, header_size, pid, ppid, max_depth, exit_kind, exit_value,
+        degraded_reason, start_realtime_ns, start_monotonic_ns
+    );
     let layout = offset_of!(Header, layout);
     let l = h.layout;
     let words = crate::profile::plain::layout_fields(&l);
     for (offset, value) in words {
         put(file, layout + offset, &value.to_le_bytes());
     }
-    for (i, word) in h.heap.iter().enumerate() {
-        put(file, offset_of!(Header, heap) + 8 * i, &word.to_le_bytes());
-    }
-    for (i, word) in h.blocks.iter().enumerate() {
-        put(
-            file,
-            offset_of!(Header, blocks) + 8 * i,
-            &word.to_le_bytes(),
-        );
-    }
-    field!(peak_time_ns);
-    field!(rise_time_ns);
-    field!(end_time_ns);
-    field!(stack_count);
-    field!(frame_words_used);
-    field!(module_count);
-    field!(flags);
-    field!(untracked_allocations);
-    field!(argv_len);
-    field!(lock_waits);
-    field!(heap_cas_retries);
-    field!(failure_count);
-    field!(crash_signal);
-    field!(crash_depth);
-    field!(error_count);
-    field!(guard_mode);
-    field!(code_count);
-    field!(blob_used);
-    field!(python_version);
-    field!(leak_status);
-    field!(leak_view);
-    field!(leak_record_count);
-    field!(leak_scanned_bytes);
-    field!(leak_scan_ns);
-    field!(leak_threads_stopped);
-    field!(leak_threads_missed);
-    for (i, word) in h.crash_frames.iter().enumerate() {
-        put(
-            file,
-            offset_of!(Header, crash_frames) + 8 * i,
-            &word.to_le_bytes(),
-        );
-    }
+    put_words(file, offset_of!(Header, heap), &h.heap);
+    put_words(file, offset_of!(Header, blocks), &h.blocks);
+    put_fields!(
+        file, 0, Header, h;
+        peak_time_ns, rise_time_ns, end_time_ns, stack_count, frame_words_used,
+        module_count, flags, untracked_allocations, argv_len, lock_waits,
+        heap_cas_retries, failure_count, crash_signal, crash_depth, error_count,
+        guard_mode, code_count, blob_used, python_version, leak_status, leak_view,
+        leak_record_count, leak_scanned_bytes, leak_scan_ns, leak_threads_stopped,
+        leak_threads_missed
+    );
+    put_words(file, offset_of!(Header, crash_frames), &h.crash_frames);
     put(file, offset_of!(Header, argv), &h.argv);
 }
 
 pub(super) fn write_failure(file: &mut [u8], at: usize, r: &FailureRecord) {
-    macro_rules! field {
-        ($name:ident) => {
-            put(
-                file,
-                at + offset_of!(FailureRecord, $name),
-                &r.$name.to_le_bytes(),
-            )
-        };
-    }
-    field!(seq);
-    field!(call);
-    field!(size);
-    field!(time_ns);
-    field!(stack);
-    field!(function);
-    field!(rule);
+    put_fields!(
+        file, at, FailureRecord, r;
+        seq, call, size, time_ns, stack, function, rule
+    );
 }
 
 pub(super) fn write_leak(file: &mut [u8], at: usize, r: &LeakRecord) {
-    macro_rules! field {
-        ($name:ident) => {
-            put(
-                file,
-                at + offset_of!(LeakRecord, $name),
-                &r.$name.to_le_bytes(),
-            )
-        };
-    }
-    field!(stack);
-    field!(kind);
-    field!(blocks);
-    field!(bytes);
+    put_fields!(
+        file, at, LeakRecord, r;
+        stack, kind, blocks, bytes
+    );
 }
 
 pub(super) fn write_error(file: &mut [u8], at: usize, r: &ErrorRecord) {
-    macro_rules! field {
-        ($name:ident) => {
-            put(
-                file,
-                at + offset_of!(ErrorRecord, $name),
-                &r.$name.to_le_bytes(),
-            )
-        };
-    }
-    field!(kind);
-    field!(stack);
-    field!(address);
-    field!(block_size);
-    field!(offset);
-    field!(alloc_stack);
-    field!(free_stack);
-    field!(time_ns);
+    put_fields!(
+        file, at, ErrorRecord, r;
+        kind, stack, address, block_size, offset, alloc_stack, free_stack, time_ns
+    );
 }
 
 pub(super) fn write_stack(file: &mut [u8], at: usize, r: &StackRecord) {
-    macro_rules! field {
-        ($name:ident) => {
-            put(
-                file,
-                at + offset_of!(StackRecord, $name),
-                &r.$name.to_le_bytes(),
-            )
-        };
-    }
-    field!(published);
-    field!(depth);
-    field!(frames_start);
-    field!(live_bytes);
-    field!(live_blocks);
-    field!(snap_bytes);
-    field!(snap_blocks);
-    field!(snap_peak);
-    field!(max_live_bytes);
-    field!(allocated_bytes);
-    field!(allocations);
-    field!(frees);
-    field!(category);
+    put_fields!(
+        file, at, StackRecord, r;
+        published, depth, frames_start, live_bytes, live_blocks, snap_bytes, snap_blocks,
+        snap_peak, max_live_bytes, allocated_bytes, allocations, frees, category
+    );
 }
 
 pub(super) fn write_code(file: &mut [u8], at: usize, r: &CodeRecord) {
-    macro_rules! field {
-        ($name:ident) => {
-            put(
-                file,
-                at + offset_of!(CodeRecord, $name),
-                &r.$name.to_le_bytes(),
-            )
-        };
-    }
-    field!(published);
-    field!(line_table_kind);
-    field!(first_line);
+    put_fields!(
+        file, at, CodeRecord, r;
+        published, line_table_kind, first_line
+    );
     let spans = [
         (offset_of!(CodeRecord, filename), r.filename),
         (offset_of!(CodeRecord, name), r.name),
