@@ -1,8 +1,9 @@
 //! The Python end of `memwarden run`: NumPy's data-memory handler is memwarden's in every
 //! thread, and in a Python a shell starts, with nothing changed in the script or its
 //! environment; the user's own `sitecustomize` still runs (errors included, shown as Python
-//! shows them); `sys.path` is what it would be without memwarden; and the sitecustomize
-//! never breaks a Python it cannot serve.
+//! shows them); `sys.path` is what it would be without memwarden; the sitecustomize never
+//! breaks a Python it cannot serve; and memwarden's Python files are compiled once, their
+//! bytecode kept for the next run.
 
 mod common;
 
@@ -222,4 +223,82 @@ fn a_python_started_by_a_shell_gets_the_handler_too() {
     let run = profile(&scratch, &["/bin/sh", "-c", &line]);
     assert_success(&run.outcome, "sh -c 'python … | grep'");
     assert_eq!(run.outcome.stdout_text(), "main memwarden\n");
+}
+
+/// Imports NumPy, then runs a second Python that does too, verbose about its imports.
+const TWO_PYTHONS: &str = r#"import os, subprocess, sys
+import numpy
+child = subprocess.run([sys.executable, "-c", "import numpy"], capture_output=True, text=True,
+                       env=dict(os.environ, PYTHONVERBOSE="1"))
+print("child", child.returncode)
+for line in child.stderr.splitlines():
+    if ".python" in line and " matches " in line:
+        print("loaded", os.path.basename(line.split()[1]))
+"#;
+
+#[test]
+fn memwardens_python_files_are_compiled_once_and_kept_for_the_next_run() {
+    let Some(python) = venv_python("numpy") else {
+        return;
+    };
+    let scratch = Scratch::new("python_bytecode");
+    let script = Script::new(&scratch, "two.py", TWO_PYTHONS);
+    let cache = scratch.path().join("cache");
+    let cache_var = cache.to_str().expect("utf-8 path");
+    let tag = std::process::Command::new(&python)
+        .args(["-c", "import sys; print(sys.implementation.cache_tag)"])
+        .output()
+        .expect("python runs");
+    let tag = String::from_utf8_lossy(&tag.stdout).trim().to_owned();
+    // In the order a Python loads them.
+    let pycs = [
+        format!("sitecustomize.{tag}.pyc"),
+        format!("memwarden_numpy.{tag}.pyc"),
+    ];
+    let env = [
+        ("PYTHONDONTWRITEBYTECODE", "1"),
+        ("MEMWARDEN_SYMBOL_CACHE", cache_var),
+    ];
+    let names_in = |dir: &Path| {
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .map(|listing| {
+                listing
+                    .filter_map(Result::ok)
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default();
+        names.sort();
+        names
+    };
+
+    // The first Python of a run compiles the files, even told not to write bytecode; the
+    // second loads what it left, and the run keeps that for the next.
+    let first = run_script(&scratch, &python, &script, &[], &env);
+    assert_success(&first.outcome, "the first run");
+    let stdout = first.outcome.stdout_text();
+    assert_eq!(value(&stdout, "child"), ["0"], "{stdout}");
+    assert_eq!(value(&stdout, "loaded"), pycs, "{stdout}");
+    let kept: Vec<_> = std::fs::read_dir(cache.join("python"))
+        .expect("bytecode kept")
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .collect();
+    assert_eq!(kept.len(), 1, "{kept:?}");
+    let mut sorted = pycs.clone();
+    sorted.sort();
+    assert_eq!(names_in(&kept[0]), sorted);
+
+    // The next run's first Python loads them too.
+    let verbose = [env[0], env[1], ("PYTHONVERBOSE", "1")];
+    let second = run_script(&scratch, &python, &script, &[], &verbose);
+    assert_success(&second.outcome, "the second run");
+    let stderr = second.outcome.stderr_text();
+    for pyc in &pycs {
+        assert!(
+            stderr.contains(&format!("{pyc} matches")),
+            "{pyc} not loaded:\n{stderr}"
+        );
+    }
+    assert_eq!(value(&second.outcome.stdout_text(), "loaded"), pycs);
 }

@@ -11,6 +11,7 @@ mod library_pools;
 mod look_ahead;
 mod output_dir;
 mod preload_lib;
+mod python_bytecode;
 mod python_env;
 mod report_cmd;
 mod run;

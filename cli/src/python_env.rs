@@ -15,7 +15,7 @@ use crate::io_reason as reason;
 pub const SITE_DIR: &str = ".python";
 /// The files of that folder: memwarden's `sitecustomize.py`, read by every Python start,
 /// and the part it loads only when NumPy is imported.
-const FILES: [(&str, &str); 2] = [
+pub const FILES: [(&str, &str); 2] = [
     ("sitecustomize.py", include_str!("python/sitecustomize.py")),
     (
         "memwarden_numpy.py",

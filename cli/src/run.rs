@@ -20,7 +20,9 @@ use memwarden::Exit;
 use crate::args::RunArgs;
 use crate::fail_args::{self, FAIL_VARIABLE, SEED_VARIABLE};
 use crate::look_ahead::LookAhead;
-use crate::{library_pools, output_dir, preload_lib, python_env, run_signals, target_check};
+use crate::{
+    library_pools, output_dir, preload_lib, python_bytecode, python_env, run_signals, target_check,
+};
 
 /// Variable naming the output folder, read by the preload.
 const OUTPUT_DIR_VARIABLE: &str = "MEMWARDEN_OUTPUT_DIR";
@@ -40,12 +42,16 @@ pub fn run(args: &RunArgs, colour: bool) -> Result<i32, String> {
     let ld_preload = preload_lib::ld_preload(&library, std::env::var_os("LD_PRELOAD").as_deref())?;
     let gate = args.leak.gate()?;
     let out_dir = output_dir::prepare(&args.output)?;
+    let symbol_cache = memwarden::symbolize::disk_cache::default_dir();
+    let kept_bytecode = symbol_cache.as_deref().map(python_bytecode::cache_dir);
     let python = python_env::prepare(
         &out_dir,
         &library,
         std::env::var_os("PYTHONPATH").as_deref(),
     )?;
-    if python.is_none() {
+    if python.is_some() {
+        python_bytecode::offer(&out_dir, kept_bytecode.as_deref());
+    } else {
         say("memwarden: warning: the output folder's path holds ':', which PYTHONPATH cannot carry; NumPy array data is seen through malloc only");
     }
 
@@ -114,7 +120,6 @@ pub fn run(args: &RunArgs, colour: bool) -> Result<i32, String> {
     if let Err(e) = record.write(&record_path) {
         say(&format!("memwarden: error: {e}"));
     }
-    let symbol_cache = memwarden::symbolize::disk_cache::default_dir();
     let look_ahead = LookAhead::start(&out_dir, symbol_cache.clone());
 
     let relaying = run_signals::while_running(root);
@@ -139,6 +144,9 @@ pub fn run(args: &RunArgs, colour: bool) -> Result<i32, String> {
     let loaded = memwarden::profile::load_dir(&out_dir);
     let rendered = std::thread::scope(|scope| {
         scope.spawn(|| compact_profiles(&out_dir));
+        if let (Some(_), Some(kept)) = (&python, &kept_bytecode) {
+            scope.spawn(|| python_bytecode::keep(&out_dir, kept));
+        }
         let options = memwarden::report::Options {
             top: args.top,
             colour,

@@ -1,11 +1,12 @@
 """memwarden's NumPy installer: the part of memwarden's `sitecustomize` that runs only in a
 Python that imports NumPy (see docs/python.md).
 
-`memwarden run` writes this file beside its `sitecustomize.py`, which compiles and runs it
-the first time NumPy's C core (`numpy._core._multiarray_umath`, or
-`numpy.core._multiarray_umath` in NumPy 1.x) is imported, so that every other Python start
-reads only the small watch. It wraps the core's loader so that memwarden's NEP 49
-data-memory handler is installed through NumPy's C-API as soon as the core has run.
+`memwarden run` writes this file beside its `sitecustomize.py`, which loads it (from the
+bytecode kept in `__pycache__`, else by compiling it) and runs it the first time NumPy's C
+core (`numpy._core._multiarray_umath`, or `numpy.core._multiarray_umath` in NumPy 1.x) is
+imported, so that every other Python start reads only the small watch. It wraps the
+core's loader so that memwarden's NEP 49 data-memory handler is installed through NumPy's
+C-API as soon as the core has run.
 
 `sitecustomize` runs it with `watch` (its `sys.meta_path` finder) and `say` (one line on
 stderr) set, and calls `watch_import`. Any failure of memwarden's own part is one line on

@@ -9,8 +9,13 @@ It does two things, and must never break the program:
    `memwarden_numpy.py` from the same folder, which installs memwarden's NEP 49
    data-memory handler through NumPy's C-API once the core has run, and stops the watch.
    Other imports cost one set lookup each, while the watch lasts. This file stays small
-   because every Python start reads it, and with PYTHONDONTWRITEBYTECODE compiles it.
-2. It takes itself out of `sys.path`, `sys.path_importer_cache` and `sys.modules`, and
+   because every Python start reads it.
+2. It keeps its own bytecode, and the installer's, in `__pycache__` beside them as pycs
+   checked by the source's hash (`_keep_bytecode`), even under PYTHONDONTWRITEBYTECODE:
+   this folder is memwarden's, not the program's. The next Python of the run loads them
+   rather than compiling, and `memwarden run` keeps them for later runs (a pyc checked by
+   time would not do: each run writes these files anew).
+3. It takes itself out of `sys.path`, `sys.path_importer_cache` and `sys.modules`, and
    imports the `sitecustomize` that would have run without memwarden, if any. An exception
    there is the user's, and propagates for `site` to show as usual.
 
@@ -24,6 +29,10 @@ import sys
 _CORE_MODULES = frozenset(("numpy._core._multiarray_umath", "numpy.core._multiarray_umath"))
 # Beside this file: the part that installs the handler.
 _INSTALLER = "memwarden_numpy.py"
+# The flags of a pyc's header (PEP 552): checked by the source's hash rather than by its
+# modification time, and checked at each load.
+_HASH_BASED = 0b01
+_CHECK_SOURCE = 0b10
 
 
 def _say(message):
@@ -69,9 +78,8 @@ class _NumpyWatch:
     @classmethod
     def _load_installer(cls):
         """The installer's namespace, run with `watch` and `say` set. Its code comes through
-        the loader class that loaded this file, so it is cached as bytecode in
-        `__pycache__` as this file is (when Python may write bytecode); it is never
-        importable by name."""
+        the loader class that loaded this file, so that the bytecode `_keep_bytecode`
+        left in `__pycache__` is used; it is never importable by name."""
         path = cls.installer_path
         code = None
         if cls.loader_type is not None:
@@ -79,6 +87,7 @@ class _NumpyWatch:
         if code is None:
             with open(path, encoding="utf-8") as source:
                 code = compile(source.read(), path, "exec", dont_inherit=True)
+        _keep_bytecode(code, path)
         namespace = {"__name__": "memwarden_numpy", "__file__": path,
                      "watch": cls, "say": _say}
         exec(code, namespace)
@@ -90,6 +99,42 @@ class _NumpyWatch:
             sys.meta_path.remove(cls)
         except ValueError:
             pass
+
+
+def _keep_bytecode(code, source_path):
+    """Writes `code`, compiled from `source_path` (a file of this folder), to `__pycache__`
+    as a pyc checked by the source's hash, unless a pyc of that kind is there already.
+    Never fails: bytecode only saves the next Python a compilation."""
+    try:
+        tag = sys.implementation.cache_tag
+        if tag is None or sys.pycache_prefix:
+            return  # Python would not look for it there
+        import os
+
+        folder, file_name = os.path.split(source_path)
+        cached = os.path.join(folder, "__pycache__",
+                              "%s.%s.pyc" % (os.path.splitext(file_name)[0], tag))
+        try:
+            with open(cached, "rb") as pyc:
+                if int.from_bytes(pyc.read(8)[4:], "little") & _HASH_BASED:
+                    return
+        except OSError:
+            pass
+        import importlib.util
+        import marshal
+
+        with open(source_path, "rb") as source:
+            source_hash = importlib.util.source_hash(source.read())
+        flags = (_HASH_BASED | _CHECK_SOURCE).to_bytes(4, "little")
+        os.makedirs(os.path.dirname(cached), exist_ok=True)
+        # Written whole under another name, then renamed: a Python starting meanwhile
+        # reads the old file or the new one, never part of one.
+        partial = "%s.%d.tmp" % (cached, os.getpid())
+        with open(partial, "wb") as pyc:
+            pyc.write(importlib.util.MAGIC_NUMBER + flags + source_hash + marshal.dumps(code))
+        os.replace(partial, cached)
+    except Exception:
+        pass
 
 
 def _leave_and_chain():
@@ -124,5 +169,6 @@ try:
         sys.meta_path.insert(0, _NumpyWatch)
 except Exception as _error:
     _say("cannot watch for NumPy: %r" % (_error,))
+_keep_bytecode(sys._getframe().f_code, __file__)
 
 _leave_and_chain()
