@@ -289,6 +289,27 @@ fn memwardens_python_files_are_compiled_once_and_kept_for_the_next_run() {
     sorted.sort();
     assert_eq!(names_in(&kept[0]), sorted);
 
+    // Writing them imports nothing the program would not have imported.
+    let modules = Script::new(
+        &scratch,
+        "modules.py",
+        "import sys\nprint('modules', ' '.join(sorted(sys.modules)))\n",
+    );
+    let fresh = [env[0], ("MEMWARDEN_SYMBOL_CACHE", "off")];
+    let profiled = run_script(&scratch, &python, &modules, &[], &fresh);
+    assert_success(&profiled.outcome, "the module list under memwarden");
+    assert!(profiled
+        .dir
+        .join(".python/__pycache__")
+        .join(&pycs[0])
+        .exists());
+    let bare = run_bare(&python, &modules, "", &scratch);
+    assert_success(&bare, "the module list bare");
+    assert_eq!(
+        value(&profiled.outcome.stdout_text(), "modules"),
+        value(&bare.stdout_text(), "modules")
+    );
+
     // The next run's first Python loads them too.
     let verbose = [env[0], env[1], ("PYTHONVERBOSE", "1")];
     let second = run_script(&scratch, &python, &script, &[], &verbose);

@@ -120,18 +120,21 @@ def _keep_bytecode(code, source_path):
                     return
         except OSError:
             pass
-        import importlib.util
+        # What `importlib.util` would use, taken where the import system keeps it, so that
+        # no module is imported that the program would not have imported.
+        import _imp
         import marshal
 
+        bootstrap = sys.modules["_frozen_importlib_external"]
         with open(source_path, "rb") as source:
-            source_hash = importlib.util.source_hash(source.read())
+            source_hash = _imp.source_hash(bootstrap._RAW_MAGIC_NUMBER, source.read())
         flags = (_HASH_BASED | _CHECK_SOURCE).to_bytes(4, "little")
         os.makedirs(os.path.dirname(cached), exist_ok=True)
         # Written whole under another name, then renamed: a Python starting meanwhile
         # reads the old file or the new one, never part of one.
         partial = "%s.%d.tmp" % (cached, os.getpid())
         with open(partial, "wb") as pyc:
-            pyc.write(importlib.util.MAGIC_NUMBER + flags + source_hash + marshal.dumps(code))
+            pyc.write(bootstrap.MAGIC_NUMBER + flags + source_hash + marshal.dumps(code))
         os.replace(partial, cached)
     except Exception:
         pass
