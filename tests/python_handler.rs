@@ -7,7 +7,7 @@
 
 mod common;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use common::python::*;
 use common::*;
@@ -259,19 +259,6 @@ fn memwardens_python_files_are_compiled_once_and_kept_for_the_next_run() {
         ("PYTHONDONTWRITEBYTECODE", "1"),
         ("MEMWARDEN_SYMBOL_CACHE", cache_var),
     ];
-    let names_in = |dir: &Path| {
-        let mut names: Vec<String> = std::fs::read_dir(dir)
-            .map(|listing| {
-                listing
-                    .filter_map(Result::ok)
-                    .map(|e| e.file_name().to_string_lossy().into_owned())
-                    .collect()
-            })
-            .unwrap_or_default();
-        names.sort();
-        names
-    };
-
     // The first Python of a run compiles the files, even told not to write bytecode; the
     // second loads what it left, and the run keeps that for the next.
     let first = run_script(&scratch, &python, &script, &[], &env);
@@ -279,15 +266,21 @@ fn memwardens_python_files_are_compiled_once_and_kept_for_the_next_run() {
     let stdout = first.outcome.stdout_text();
     assert_eq!(value(&stdout, "child"), ["0"], "{stdout}");
     assert_eq!(value(&stdout, "loaded"), pycs, "{stdout}");
-    let kept: Vec<_> = std::fs::read_dir(cache.join("python"))
-        .expect("bytecode kept")
-        .filter_map(Result::ok)
-        .map(|e| e.path())
-        .collect();
-    assert_eq!(kept.len(), 1, "{kept:?}");
-    let mut sorted = pycs.clone();
-    sorted.sort();
-    assert_eq!(names_in(&kept[0]), sorted);
+    let listed = |dir: &Path| -> Vec<PathBuf> {
+        std::fs::read_dir(dir)
+            .map(|listing| listing.filter_map(Result::ok).map(|e| e.path()).collect())
+            .unwrap_or_default()
+    };
+    let kept = listed(&cache.join("python"));
+    assert_eq!(
+        kept.len(),
+        1,
+        "one folder for this version of the files: {kept:?}"
+    );
+    assert_eq!(listed(&kept[0]).len(), pycs.len(), "{:?}", listed(&kept[0]));
+    for pyc in &pycs {
+        assert!(kept[0].join(pyc).is_file(), "{pyc} kept");
+    }
 
     // Writing them imports nothing the program would not have imported.
     let modules = Script::new(
