@@ -22,8 +22,8 @@ pub const USAGE: &str = "\
 memwarden: a heap profiler and heap checker for Linux programs
 
 usage:
-  memwarden run [-o DIR] [--max-depth N] [--top N] [--fail RULE]... [--seed S]
-                [--guard MODE] [guard options] [--leak-check [leak options]]
+  memwarden run [-o DIR] [--max-depth N] [--top N] [--python-objects] [--fail RULE]...
+                [--seed S] [--guard MODE] [guard options] [--leak-check [leak options]]
                 [--error-exitcode N] [--] CMD [ARGS...]
   memwarden report [--top N] DIR
   memwarden leaks --write-baseline REPORT [-o FILE]
@@ -39,6 +39,9 @@ memwarden run      runs CMD with libmemwarden.so preloaded, follows every proces
                      earlier run in DIR/raw/ are deleted first
   --max-depth N      deepest call stack recorded, 1-256 (default: 64)
   --top N            stacks shown per process in the summary (default: 5)
+  --python-objects   Python: every object through malloc (PYTHONMALLOC=malloc), so that
+                     objects under 512 bytes are seen one by one, not only pymalloc's
+                     arenas; the program runs slower (docs/python.md)
   --fail RULE        make allocations fail on purpose, e.g. nth=3, p=1%, budget=100MB,
                      calls=new,in=function:parse_*; repeatable (docs/fault-injection.md)
   --seed S           seed of the p= rules, 0 to 2^64-1 (default: 0): same seed, same failures
@@ -116,6 +119,8 @@ pub struct RunArgs {
     pub max_depth: Option<u32>,
     /// Stacks per process in the summary.
     pub top: usize,
+    /// `--python-objects`: Python's small objects through malloc.
+    pub python_objects: bool,
     /// `--fail` rules, validated, in canonical text, in command-line order.
     pub fail: Vec<String>,
     /// `--seed`: the seed of `p=` rules.
@@ -248,6 +253,7 @@ fn parse_run(args: impl Iterator<Item = OsString>) -> Result<Command, UsageError
     let mut output = PathBuf::from(DEFAULT_OUTPUT);
     let mut max_depth = None;
     let mut top = DEFAULT_TOP;
+    let mut python_objects = false;
     let mut fail = Vec::new();
     let mut seed = 0;
     let mut guard = GuardArgs::default();
@@ -269,6 +275,10 @@ fn parse_run(args: impl Iterator<Item = OsString>) -> Result<Command, UsageError
                 "--top" => {
                     let value = flags.value(&name, attached)?;
                     top = number(&name, &value, 0..=MAX_TOP as u64)? as usize;
+                }
+                "--python-objects" => {
+                    no_value(&name, attached)?;
+                    python_objects = true;
                 }
                 "--fail" => fail.push(crate::fail_args::rule(&flags.value(&name, attached)?)?),
                 "--seed" => seed = number(&name, &flags.value(&name, attached)?, 0..=u64::MAX)?,
@@ -301,6 +311,7 @@ fn parse_run(args: impl Iterator<Item = OsString>) -> Result<Command, UsageError
         output,
         max_depth,
         top,
+        python_objects,
         fail,
         seed,
         guard,

@@ -41,6 +41,7 @@ fn run_takes_options_then_the_command() {
             output: "out".into(),
             max_depth: Some(8),
             top: 3,
+            python_objects: false,
             fail: Vec::new(),
             seed: 0,
             guard: Default::default(),
@@ -62,6 +63,13 @@ fn run_defaults_and_a_command_without_double_dash() {
         (PathBuf::from("o2"), Some(256))
     );
     assert_eq!(run.command, [OsString::from("-weird-name")]);
+}
+
+#[test]
+fn python_objects_is_a_switch() {
+    assert!(run_args(&["run", "--python-objects", "--", "python3"]).python_objects);
+    assert!(!run_args(&["run", "python3", "--python-objects"]).python_objects);
+    assert!(error(&["run", "--python-objects=yes", "python3"]).contains("--python-objects"));
 }
 
 #[test]

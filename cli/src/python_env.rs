@@ -26,6 +26,10 @@ pub const FILES: [(&str, &str); 2] = [
 const PYTHONPATH: &str = "PYTHONPATH";
 /// The path of `libmemwarden.so`, for the Python side to find the handler's exports by.
 const LIBRARY_VARIABLE: &str = "MEMWARDEN_LIBRARY";
+/// Python's choice of allocator, read by every Python the target starts.
+const PYTHONMALLOC: &str = "PYTHONMALLOC";
+/// The `PYTHONMALLOC` values that send every object through `malloc`.
+const THROUGH_MALLOC: [&str; 2] = ["malloc", "malloc_debug"];
 
 /// The variables the target gets for Python: `PYTHONPATH` and `MEMWARDEN_LIBRARY`.
 pub type PythonEnv = Vec<(&'static str, OsString)>;
@@ -54,6 +58,19 @@ pub fn prepare(
         (PYTHONPATH, python_path),
         (LIBRARY_VARIABLE, library.as_os_str().to_owned()),
     ]))
+}
+
+/// What `--python-objects` sets: `PYTHONMALLOC=malloc`, so that objects under 512 bytes
+/// leave pymalloc's arenas (which memwarden does not see inside) for `malloc`;
+/// `malloc_debug` when the user's value, `existing`, asked for Python's debug hooks
+/// (`debug`, `pymalloc_debug`). `None` when it sends objects through `malloc` already.
+pub fn objects_through_malloc(existing: Option<&OsStr>) -> Option<(&'static str, OsString)> {
+    let [plain, debug] = THROUGH_MALLOC;
+    match existing.and_then(OsStr::to_str) {
+        Some(value) if THROUGH_MALLOC.contains(&value) => None,
+        Some("debug" | "pymalloc_debug") => Some((PYTHONMALLOC, debug.into())),
+        _ => Some((PYTHONMALLOC, plain.into())),
+    }
 }
 
 /// `PYTHONPATH` for the target: `site` first, then the user's entries as they were (an
@@ -86,6 +103,24 @@ mod tests {
         assert_eq!(
             python_path(site, Some(OsStr::new("/a::b"))).unwrap(),
             "/out/.python:/a::b"
+        );
+    }
+
+    #[test]
+    fn python_objects_go_through_malloc_unless_they_do_already() {
+        let set = Some((PYTHONMALLOC, OsString::from("malloc")));
+        assert_eq!(objects_through_malloc(None), set);
+        assert_eq!(objects_through_malloc(Some(OsStr::new("pymalloc"))), set);
+        let debug = Some((PYTHONMALLOC, OsString::from("malloc_debug")));
+        assert_eq!(objects_through_malloc(Some(OsStr::new("debug"))), debug);
+        assert_eq!(
+            objects_through_malloc(Some(OsStr::new("pymalloc_debug"))),
+            debug
+        );
+        assert_eq!(objects_through_malloc(Some(OsStr::new("malloc"))), None);
+        assert_eq!(
+            objects_through_malloc(Some(OsStr::new("malloc_debug"))),
+            None
         );
     }
 

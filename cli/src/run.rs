@@ -81,6 +81,12 @@ pub fn run(args: &RunArgs, colour: bool) -> Result<i32, String> {
     for (variable, value) in python.iter().flatten() {
         target.env(variable, value);
     }
+    if args.python_objects {
+        let existing = std::env::var_os("PYTHONMALLOC");
+        if let Some((variable, value)) = python_env::objects_through_malloc(existing.as_deref()) {
+            target.env(variable, value);
+        }
+    }
     for (variable, value) in library_pools::variables(|name| std::env::var_os(name).is_some()) {
         target.env(variable, value);
     }
