@@ -54,6 +54,7 @@ from bench_config import (
     EXTRA_TOOLS,
     FAIL_TOOL,
     GUARD_OPTIONS,
+    MEMRAY_OPTIONS,
     MEMWARDEN,
     NEVER_FIRING_RULE,
     PAGE_CALLS,
@@ -61,6 +62,8 @@ from bench_config import (
     PAGE_WORKLOAD,
     PY_COMMS,
     PY_ENV,
+    PY_OBJECT_TOOLS,
+    PY_OBJECT_WORKLOAD,
     PY_PEERS,
     PY_TOOLS,
     PY_TOOL_NAMES,
@@ -155,16 +158,20 @@ def run_once(tool: str, w: Workload, probe: Path, n: int) -> Sample:
     shutil.rmtree(out_dir, ignore_errors=True)
     memray_out = WORK / f"{tag}.memray.bin"
     memray_out.unlink(missing_ok=True)
-    memwarden_options = {"memwarden": [], FAIL_TOOL: ["--fail", NEVER_FIRING_RULE], **GUARD_OPTIONS}
+    memwarden_options = {
+        "memwarden": [],
+        FAIL_TOOL: ["--fail", NEVER_FIRING_RULE],
+        "memwarden-objects": ["--python-objects"],
+        **GUARD_OPTIONS,
+    }
     if tool == "bare":
         argv = w.argv
     elif tool == "heaptrack":
         argv = ["heaptrack", "-o", str(ht_base), *w.argv]
     elif tool == "fil":  # w.argv is [python, script, args...]
         argv = [str(VENV / "bin" / "fil-profile"), "-o", str(out_dir), "--no-browser", "run", *w.argv[1:]]
-    elif tool in ("memray", "memray-native"):
-        native = ["--native"] if tool == "memray-native" else []
-        argv = [str(VENV / "bin" / "memray"), "run", *native, "-o", str(memray_out), *w.argv[1:]]
+    elif tool in MEMRAY_OPTIONS:
+        argv = [str(VENV / "bin" / "memray"), "run", *MEMRAY_OPTIONS[tool], "-o", str(memray_out), *w.argv[1:]]
     else:
         argv = [str(MEMWARDEN), "run", "-o", str(out_dir), *memwarden_options[tool], "--", *w.argv]
     env = dict(os.environ, LD_PRELOAD=str(probe), MWBENCH_HWM_FILE=str(hwm_file), **w.env)
@@ -266,7 +273,7 @@ def python_env(notes: list) -> tuple[Path, set]:
         if failed:
             raise SystemExit(f"bench: NumPy could not be installed from PyPI ({failed}); see {log}")
     installed = set()
-    for package, module, tools in (("filprofiler", "filprofiler", ("fil",)), ("memray", "memray", ("memray", "memray-native"))):
+    for package, module, tools in (("filprofiler", "filprofiler", ("fil",)), ("memray", "memray", tuple(MEMRAY_OPTIONS))):
         exe = VENV / "bin" / PY_PEERS[tools[0]][1]
         if not (exe.exists() and has(module)):
             print(f"bench: installing {package} into the venv", flush=True)
@@ -300,13 +307,16 @@ def python_versions(python: Path) -> dict:
 
 
 def python_workloads(python: Path, peers: set, scale: float) -> list:
-    tools = tuple(t for t in PY_TOOLS if t not in PY_PEERS or t in peers)
+    def tools(name):
+        extra = PY_OBJECT_TOOLS if name == PY_OBJECT_WORKLOAD else ()
+        return tuple(t for t in PY_TOOLS + extra if t not in PY_PEERS or t in peers)
+
     return [
         Workload(
             name,
             [str(python), str(ROOT / "scripts" / script), f"{scale:g}"],
             "python",
-            tools=tools,
+            tools=tools(name),
             group="python",
             also_comms=PY_COMMS,
             env=PY_ENV,

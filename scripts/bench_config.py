@@ -44,9 +44,22 @@ PY_TOOL_NAMES = {
     "fil": "Fil",
     "memray": "Memray",
     "memray-native": "Memray `--native`",
+    "memwarden-objects": "memwarden `--python-objects`",
+    "memray-objects": "Memray `--trace-python-allocators`",
 }
+# Every Python object tracked, on the object-churn workload only: memwarden and Memray with
+# the option that makes each object an allocation they see (Fil always does so).
+PY_OBJECT_WORKLOAD = "pyobjects"
+PY_OBJECT_TOOLS = ("memwarden-objects", "memray-objects")
 # The peers from PyPI: tool -> (package, executable in the venv).
-PY_PEERS = {"fil": ("filprofiler", "fil-profile"), "memray": ("memray", "memray"), "memray-native": ("memray", "memray")}
+PY_PEERS = {
+    "fil": ("filprofiler", "fil-profile"),
+    "memray": ("memray", "memray"),
+    "memray-native": ("memray", "memray"),
+    "memray-objects": ("memray", "memray"),
+}
+# The options of each memray tool.
+MEMRAY_OPTIONS = {"memray": [], "memray-native": ["--native"], "memray-objects": ["--trace-python-allocators"]}
 # The Python workloads: name -> (script, wall-time target × bare, what it is).
 PY_WORKLOADS = {
     "numpy": ("bench_py_numpy.py", 1.05, "NumPy compute"),

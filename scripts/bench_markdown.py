@@ -19,6 +19,8 @@ from bench_config import (
     PAGE_CALLS,
     PAGE_WORKLOAD,
     PY_EARLIER,
+    PY_OBJECT_TOOLS,
+    PY_OBJECT_WORKLOAD,
     PY_TOOLS,
     PY_TOOL_NAMES,
     PY_WORKLOADS,
@@ -350,7 +352,9 @@ def python_markdown(workloads, samples, runs: int, versions: dict, notes: list, 
         + ". Fil and Memray are installed from PyPI by the script, into `bench-out/venv` beside NumPy.",
         "- Commands, each with the venv's `python`: `python SCRIPT`; `memwarden run -o DIR -- python SCRIPT`; "
         "`heaptrack -o FILE python SCRIPT`; `fil-profile -o DIR --no-browser run SCRIPT`; "
-        "`memray run -o FILE.bin SCRIPT`; `memray run --native -o FILE.bin SCRIPT`. Every run has one BLAS and "
+        "`memray run -o FILE.bin SCRIPT`; `memray run --native -o FILE.bin SCRIPT`; on pyobjects also "
+        "`memwarden run --python-objects -o DIR -- python SCRIPT` and `memray run --trace-python-allocators -o "
+        "FILE.bin SCRIPT`. Every run has one BLAS and "
         "OpenMP thread (`OPENBLAS_NUM_THREADS=1` and the like: Fil forces that in its own process, so every "
         "tool gets the same) and `PYTHONHASHSEED=0`.",
         "- Workloads (`scripts/bench_py_*.py`): **numpy**, NumPy compute: matrix products, element-wise ufuncs "
@@ -416,6 +420,31 @@ def python_markdown(workloads, samples, runs: int, versions: dict, notes: list, 
         "",
         "memwarden: blocks used by `DIR/raw`; heaptrack: its `.zst` file; Fil: its report folder; Memray: its "
         "capture file (compressed at exit, its default).",
+    ]
+    objects = next((w for w in workloads if w.name == PY_OBJECT_WORKLOAD), None)
+    objects_tools = [t for t in ("fil", *PY_OBJECT_TOOLS) if objects and t in objects.tools]
+    if objects_tools:
+        lines += [
+            "",
+            f"### Every Python object tracked ({PY_OBJECT_WORKLOAD})",
+            "",
+            "| tool | whole command | process alone | peak RSS |",
+            "|---|---|---|---|",
+        ]
+        for t in objects_tools:
+            lines.append(
+                f"| {PY_TOOL_NAMES[t]} | "
+                + " | ".join(cell(objects, t, attr) for attr in ("wall", "target_wall", "target_rss_kib"))
+                + " |"
+            )
+        lines += [
+            "",
+            "Ratios to bare, in the same rounds as above. Python serves objects under 512 bytes from pymalloc's "
+            "arenas, inside which memwarden and Memray do not see by default. Fil always sends every object "
+            "through malloc (`PYTHONMALLOC=malloc`); memwarden does with `--python-objects`, Memray with "
+            "`--trace-python-allocators`. Each then charges every object to the line that made it.",
+        ]
+    lines += [
         "",
         "### Targets",
         "",
