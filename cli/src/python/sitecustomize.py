@@ -2,7 +2,7 @@
 
 `memwarden run` writes this file into a hidden folder of the output folder and puts that
 folder first on PYTHONPATH, so every Python of the profiled tree imports it at start-up.
-It does two things, and must never break the program:
+It does three things, and must never break the program:
 
 1. It watches imports until NumPy's C core (`numpy._core._multiarray_umath`, or
    `numpy.core._multiarray_umath` in NumPy 1.x) is imported, then loads and runs
@@ -133,9 +133,12 @@ def _keep_bytecode(code, source_path):
         # Written whole under another name, then renamed: a Python starting meanwhile
         # reads the old file or the new one, never part of one.
         partial = "%s.%d.tmp" % (cached, os.getpid())
-        with open(partial, "wb") as pyc:
-            pyc.write(bootstrap.MAGIC_NUMBER + flags + source_hash + marshal.dumps(code))
-        os.replace(partial, cached)
+        try:
+            with open(partial, "wb") as pyc:
+                pyc.write(bootstrap.MAGIC_NUMBER + flags + source_hash + marshal.dumps(code))
+            os.replace(partial, cached)
+        except OSError:
+            os.remove(partial)  # a full disk, say: no half file is left behind
     except Exception:
         pass
 
