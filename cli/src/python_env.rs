@@ -2,7 +2,8 @@
 //! (and the NumPy installer it loads, `memwarden_numpy.py`) into a hidden folder of the
 //! output folder and builds the environment that puts that folder first on `PYTHONPATH`,
 //! so that every Python of the profiled tree installs memwarden's NumPy data-memory
-//! handler (NEP 49) when it imports NumPy (docs/python.md).
+//! handler (NEP 49) when it imports NumPy (docs/python.md); with `--python-objects`, also
+//! sets `PYTHONMALLOC` so that Python's small objects reach `malloc`.
 
 use std::ffi::{OsStr, OsString};
 use std::fs;
