@@ -1,3 +1,6 @@
+//! Tests of the bytecode kept across runs: which pycs are kept and offered, and that a
+//! run starts from a clean `__pycache__`.
+
 use super::*;
 
 /// A pyc header (magic number, flags) and a body.
