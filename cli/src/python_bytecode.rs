@@ -11,6 +11,8 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
+use memwarden_faults::Fnv1a;
+
 use crate::python_env::{FILES, SITE_DIR};
 
 /// Python's folder of bytecode, beside the sources.
@@ -123,17 +125,16 @@ fn is_hash_based(path: &Path) -> bool {
 
 /// A hash (FNV-1a) of memwarden's version and its Python files' names and text.
 fn sources_hash() -> u64 {
-    let mut hash = 0xcbf2_9ce4_8422_2325u64;
+    let mut hash = Fnv1a::new();
     let version = env!("CARGO_PKG_VERSION");
     let parts = FILES
         .iter()
         .flat_map(|(name, text)| [name.as_bytes(), text.as_bytes()]);
     for part in std::iter::once(version.as_bytes()).chain(parts) {
-        for &byte in part.iter().chain(&[0u8]) {
-            hash = (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3);
-        }
+        hash.eat(part);
+        hash.eat(&[0]);
     }
-    hash
+    hash.finish()
 }
 
 #[cfg(test)]

@@ -27,6 +27,7 @@ use alloc::string::String;
 use alloc::vec::Vec;
 
 mod fire;
+mod fnv;
 mod glob;
 mod number;
 mod parse;
@@ -34,6 +35,7 @@ mod site;
 mod text;
 
 pub use fire::Call;
+pub use fnv::Fnv1a;
 pub use glob::glob_match;
 pub use parse::{parse_rule, parse_rules, KEYS};
 pub use site::site_key;

@@ -2,28 +2,24 @@
 //! loaded, computed the same way by the preload (to match `site=`) and the report (the
 //! `site` field of each stack).
 
-/// FNV-1a 64 offset basis.
-const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
-/// FNV-1a 64 prime.
-const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
+use crate::Fnv1a;
 
 /// FNV-1a 64 over the frames, innermost first: for each, the module's file name (the part
 /// after the last `/`, so a full path gives the same key as its basename), a `0xff` byte,
 /// then the frame's offset from the module's load bias as 8 little-endian bytes. A frame
 /// outside every module contributes an empty name and its absolute address.
 pub fn site_key(frames: &mut dyn Iterator<Item = (&[u8], u64)>) -> u64 {
-    let mut hash = FNV_OFFSET;
-    let mut eat = |b: u8| hash = (hash ^ u64::from(b)).wrapping_mul(FNV_PRIME);
+    let mut hash = Fnv1a::new();
     for (module, offset) in frames {
         let name = match module.iter().rposition(|&b| b == b'/') {
             Some(slash) => &module[slash + 1..],
             None => module,
         };
-        name.iter().for_each(|&b| eat(b));
-        eat(0xff);
-        offset.to_le_bytes().iter().for_each(|&b| eat(b));
+        hash.eat(name);
+        hash.eat(&[0xff]);
+        hash.eat(&offset.to_le_bytes());
     }
-    hash
+    hash.finish()
 }
 
 #[cfg(test)]
@@ -32,7 +28,7 @@ mod tests {
 
     #[test]
     fn empty_stack_is_the_offset_basis() {
-        assert_eq!(site_key(&mut core::iter::empty()), FNV_OFFSET);
+        assert_eq!(site_key(&mut core::iter::empty()), 0xcbf2_9ce4_8422_2325);
     }
 
     #[test]

@@ -322,12 +322,14 @@ impl ProfileFile {
     /// Makes sure the file has disk blocks for `[offset, offset + len)`. False if the disk
     /// is full; true as well where the file system cannot preallocate (sparse it stays).
     pub fn back(&self, offset: u64, len: u64) -> bool {
-        let populate = self.fresh_chunks_empty.load(Ordering::Relaxed) && single_threaded();
-        self.back_chunks(offset, len, populate)
+        self.back_chunks(offset, len, || {
+            self.fresh_chunks_empty.load(Ordering::Relaxed) && single_threaded()
+        })
     }
 
-    /// [`Self::back`], writing zeros over each chunk it backs if `populate`.
-    fn back_chunks(&self, offset: u64, len: u64, populate: bool) -> bool {
+    /// [`Self::back`], writing zeros over each chunk it backs if `populate` says so (asked
+    /// only when a chunk is backed, not on the usual call that finds them all backed).
+    fn back_chunks(&self, offset: u64, len: u64, populate: impl Fn() -> bool) -> bool {
         if len == 0 {
             return true;
         }
@@ -357,7 +359,7 @@ impl ProfileFile {
                     return false;
                 }
             }
-            if populate {
+            if populate() {
                 populate_with_zeros(fd, start, size);
             }
             word.fetch_or(bit, Ordering::Relaxed);

@@ -79,10 +79,10 @@ fn a_populated_chunk_reads_as_zeros_and_keeps_earlier_chunks_data() {
     let scratch = scratch("populate");
     let file = &scratch.file;
     let layout = *file.layout();
-    assert!(file.back_chunks(layout.stack_offset(1), 128, true));
+    assert!(file.back_chunks(layout.stack_offset(1), 128, || true));
     fill_record(file, 1, 0xa5);
     let later = id_in_next_chunk(&layout, 1);
-    assert!(file.back_chunks(layout.stack_offset(later), 128, true));
+    assert!(file.back_chunks(layout.stack_offset(later), 128, || true));
 
     assert_eq!(record_bytes(file, 1), vec![0xa5; 128]);
     assert_eq!(record_bytes(file, later), vec![0; 128]);
@@ -107,11 +107,11 @@ fn a_chunk_backed_once_is_never_written_again() {
     let file = &scratch.file;
     let layout = *file.layout();
     let id = id_in_next_chunk(&layout, 0);
-    assert!(file.back_chunks(layout.stack_offset(id), 128, true));
+    assert!(file.back_chunks(layout.stack_offset(id), 128, || true));
     fill_record(file, id, 0x3c);
     fill_record(file, id + 1, 0x3d);
     // Another record of the same chunk is backed, populate asked again.
-    assert!(file.back_chunks(layout.stack_offset(id + 1), 128, true));
+    assert!(file.back_chunks(layout.stack_offset(id + 1), 128, || true));
     assert!(file.back(layout.stack_offset(id), 256));
     assert_eq!(record_bytes(file, id), vec![0x3c; 128]);
     assert_eq!(record_bytes(file, id + 1), vec![0x3d; 128]);

@@ -5,6 +5,7 @@
 use std::fmt::Write;
 
 use memwarden_abi::{leak_kind, UNKNOWN_STACK_ID};
+use memwarden_faults::Fnv1a;
 use serde::{Deserialize, Serialize};
 
 use super::frame_table::FrameTable;
@@ -239,11 +240,10 @@ fn frame_text(frame: &FrameReport) -> String {
 /// its file and line, or its module's file name). Addresses never enter it, so the id
 /// survives address-space randomization and rebuilds that keep the code's shape.
 pub fn leak_id<'f>(kind: &str, frames: impl IntoIterator<Item = &'f FrameReport>) -> String {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut hash = Fnv1a::new();
     let mut eat = |bytes: &[u8]| {
-        for &b in bytes.iter().chain(b"\x1f") {
-            hash = (hash ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
-        }
+        hash.eat(bytes);
+        hash.eat(b"\x1f");
     };
     eat(kind.as_bytes());
     for frame in frames {
@@ -254,5 +254,5 @@ pub fn leak_id<'f>(kind: &str, frames: impl IntoIterator<Item = &'f FrameReport>
             _ => eat(b"?"),
         }
     }
-    format!("{hash:016x}")
+    format!("{:016x}", hash.finish())
 }

@@ -16,6 +16,8 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
+use memwarden_faults::Fnv1a;
+
 use super::module::{Location, ModuleFiles};
 
 /// The environment variable that names the cache folder, or turns the cache off (`off`).
@@ -69,11 +71,10 @@ pub(crate) fn key(build_id: &[u8], files: &ModuleFiles) -> Option<Vec<u8>> {
 
 /// The file of `key` in `dir`.
 fn file_of(dir: &Path, key: &[u8]) -> PathBuf {
-    // FNV-1a: a stable name; the key inside the file settles any collision.
-    let hash = key.iter().fold(0xcbf2_9ce4_8422_2325u64, |hash, &byte| {
-        (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
-    });
-    dir.join(format!("{hash:016x}.sym"))
+    // A stable name; the key inside the file settles any collision.
+    let mut hash = Fnv1a::new();
+    hash.eat(key);
+    dir.join(format!("{:016x}.sym", hash.finish()))
 }
 
 /// The addresses (file-relative probes) and their frames stored for `key`; empty if there

@@ -19,6 +19,9 @@ pub(crate) struct Location {
     pub inlined: bool,
 }
 
+/// Why a module's symbols are not used when its file on disk is another build.
+const FILE_CHANGED: &str = "build id differs from the run's: the file changed since";
+
 /// The files a module's symbols come from, found without loading them: the module
 /// itself, the file holding its DWARF (itself or a separate debug file) and the dwz
 /// supplementary file that one refers to.
@@ -42,34 +45,30 @@ impl ModuleFiles {
         let facts = ElfFacts::read(path)?;
         if let (false, Some(on_disk)) = (module.build_id.is_empty(), &facts.build_id) {
             if *on_disk != module.build_id {
-                return Err("build id differs from the run's: the file changed since".into());
+                return Err(FILE_CHANGED.into());
             }
         }
-        if facts.has_dwarf {
-            return Ok(ModuleFiles {
-                module: path.to_owned(),
-                dwarf: Some((path.to_owned(), find_supplementary(path, &facts))),
-                build_id: facts.build_id,
-                debug_file: None,
-            });
-        }
-        let debug = find_debug_file(path, &facts);
-        Ok(match debug {
-            Some((debug_path, debug_facts)) => ModuleFiles {
-                module: path.to_owned(),
-                build_id: facts.build_id,
-                dwarf: Some((
-                    debug_path.clone(),
-                    find_supplementary(&debug_path, &debug_facts),
-                )),
-                debug_file: Some(debug_path),
-            },
-            None => ModuleFiles {
-                module: path.to_owned(),
-                build_id: facts.build_id,
-                dwarf: None,
-                debug_file: None,
-            },
+        // The DWARF is in the module itself, or in a separate debug file (whose symbol
+        // table is then searched too), or nowhere.
+        let (dwarf, debug_file) = if facts.has_dwarf {
+            (
+                Some((path.to_owned(), find_supplementary(path, &facts))),
+                None,
+            )
+        } else {
+            match find_debug_file(path, &facts) {
+                Some((debug_path, debug_facts)) => {
+                    let supplementary = find_supplementary(&debug_path, &debug_facts);
+                    (Some((debug_path.clone(), supplementary)), Some(debug_path))
+                }
+                None => (None, None),
+            }
+        };
+        Ok(ModuleFiles {
+            module: path.to_owned(),
+            build_id: facts.build_id,
+            dwarf,
+            debug_file,
         })
     }
 
@@ -100,7 +99,7 @@ impl ModuleSymbols {
         // Loading may come long after the files were found (the cache folder answered
         // until then): a module rebuilt meanwhile must not be read for the old one.
         if ElfFacts::read(&files.module)?.build_id != files.build_id {
-            return Err("build id differs from the run's: the file changed since".into());
+            return Err(FILE_CHANGED.into());
         }
         let dwarf = match &files.dwarf {
             Some((path, supplementary)) => Some(
