@@ -106,26 +106,22 @@ def _keep_bytecode(code, source_path):
     as a pyc checked by the source's hash, unless a pyc of that kind is there already.
     Never fails: bytecode only saves the next Python a compilation."""
     try:
-        tag = sys.implementation.cache_tag
-        if tag is None or sys.pycache_prefix:
-            return  # Python would not look for it there
-        import os
-
-        folder, file_name = os.path.split(source_path)
-        cached = os.path.join(folder, "__pycache__",
-                              "%s.%s.pyc" % (os.path.splitext(file_name)[0], tag))
+        if sys.pycache_prefix:
+            return  # Python would look for it there, outside this folder
+        # What `importlib.util` would use, taken where the import system keeps it, so that
+        # no module is imported that the program would not have imported.
+        bootstrap = sys.modules["_frozen_importlib_external"]
+        cached = bootstrap.cache_from_source(source_path)  # no cache tag: raises
         try:
             with open(cached, "rb") as pyc:
                 if int.from_bytes(pyc.read(8)[4:], "little") & _HASH_BASED:
                     return
         except OSError:
             pass
-        # What `importlib.util` would use, taken where the import system keeps it, so that
-        # no module is imported that the program would not have imported.
         import _imp
         import marshal
+        import os
 
-        bootstrap = sys.modules["_frozen_importlib_external"]
         with open(source_path, "rb") as source:
             source_hash = _imp.source_hash(bootstrap._RAW_MAGIC_NUMBER, source.read())
         flags = (_HASH_BASED | _CHECK_SOURCE).to_bytes(4, "little")
