@@ -20,7 +20,7 @@ for component in fmt clippy; do
     fi
 done
 
-# The Python environment later issues use (NumPy workloads); cheap to keep ready.
+# The Python environment the Python tests run in (NumPy, pyarrow), made once.
 if ! .venv/bin/python -c 'import numpy, pytest, hypothesis, pyarrow' >/dev/null 2>&1; then
     python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || install_packages python3-venv
     rm -rf .venv

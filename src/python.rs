@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 
-use memwarden_abi::python::{self, category, FrameWord, NUMPY_DATA};
+use memwarden_abi::python::{self, category, FrameWord, NUMPY_DATA, PYMALLOC_ARENAS};
 use serde::{Deserialize, Serialize};
 
 use crate::profile::{Module, Profile, Stack};
@@ -107,11 +107,15 @@ impl<'p> Categories<'p> {
     }
 
     /// The category of `stack`: `numpy` when the preload tagged it (the record's category
-    /// or the `NUMPY_DATA` marker as frame 0); `python` when its innermost native frame
+    /// or the `NUMPY_DATA` marker as frame 0); `python` for pymalloc's arenas (the
+    /// `PYMALLOC_ARENAS` marker) and when its innermost native frame
     /// outside the profiler is in the interpreter; `native` otherwise.
     pub fn of(&mut self, stack: &Stack) -> Category {
         if stack.record.category == category::NUMPY || stack.frames.first() == Some(&NUMPY_DATA) {
             return Category::Numpy;
+        }
+        if stack.frames.first() == Some(&PYMALLOC_ARENAS) {
+            return Category::Python;
         }
         let profile = self.profile;
         let innermost = stack
@@ -189,6 +193,15 @@ mod tests {
             ],
         );
         assert_eq!(categories(&p), [Category::Numpy, Category::Numpy]);
+    }
+
+    #[test]
+    fn pymalloc_arenas_are_python_objects() {
+        let p = profile(
+            "/usr/bin/python3.11",
+            &[(&[PYMALLOC_ARENAS], category::NATIVE)],
+        );
+        assert_eq!(categories(&p), [Category::Python]);
     }
 
     #[test]

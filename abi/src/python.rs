@@ -10,7 +10,8 @@
 //! 0b10  Python frame: bit 61 = LINE_RESOLVED, bits 60..32 = code record index,
 //!       bits 31..0 = instruction offset in code units (or the line, if LINE_RESOLVED)
 //! 0b11  marker: NUMPY_DATA (as frame 0: the block is NumPy array data, allocated through
-//!       memwarden's data-memory handler)
+//!       memwarden's data-memory handler), or PYMALLOC_ARENAS (the only frame: the stack
+//!       every pymalloc arena is charged to)
 //! ```
 //!
 //! The preload copies each code object's file name, function names and line table into the
@@ -33,6 +34,9 @@ pub const CODE_INDEX_BITS: u32 = 29;
 pub const MAX_CODE_INDEX: u32 = (1 << CODE_INDEX_BITS) - 1;
 /// Marker, frame 0 of a stack: NumPy array data.
 pub const NUMPY_DATA: u64 = MARKER_TAG | 1;
+/// Marker, the one frame of the stack that pymalloc's arenas (the mappings CPython serves
+/// objects under 512 bytes from) are charged to, whoever made the object that opened them.
+pub const PYMALLOC_ARENAS: u64 = MARKER_TAG | 2;
 
 /// One frame word, decoded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -48,7 +52,7 @@ pub enum FrameWord {
         /// Whether `value` is already a line.
         line_resolved: bool,
     },
-    /// A marker word (see [`NUMPY_DATA`]).
+    /// A marker word ([`NUMPY_DATA`], [`PYMALLOC_ARENAS`]).
     Marker(u64),
 }
 

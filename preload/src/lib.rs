@@ -55,6 +55,7 @@ mod page_guard;
 mod preinit;
 mod profile_fd;
 mod profile_file;
+mod python_arenas;
 mod python_code_names;
 mod python_codes;
 mod python_layout;

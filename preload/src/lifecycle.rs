@@ -78,6 +78,7 @@ pub fn initialize() {
             snapshot::rebuild(&guard, Some(&recorder.file));
             recorder.note_own_malloc();
             note_python(recorder);
+            crate::python_arenas::install(recorder);
             install_guard(recorder);
             if let Some(rules) = &recorder.config.fail_rules {
                 let executable = crate::modules::executable_path();

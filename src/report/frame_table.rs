@@ -121,6 +121,7 @@ impl<'a> FrameTable<'a> {
         }
         let profile = self.profile;
         let frames = match python::decode(word) {
+            FrameWord::Marker(python::PYMALLOC_ARENAS) => vec![crate::symbolize::arenas_frame()],
             FrameWord::Marker(_) => Vec::new(),
             FrameWord::Python {
                 code,
@@ -211,7 +212,7 @@ fn report_frame(f: &Frame) -> FrameReport {
 
 #[cfg(test)]
 mod tests {
-    use memwarden_abi::python::{python_frame, NUMPY_DATA};
+    use memwarden_abi::python::{python_frame, NUMPY_DATA, PYMALLOC_ARENAS};
 
     use super::*;
     use crate::profile::synthetic::{stack_record, ProfileBuilder, SyntheticCode};
@@ -253,6 +254,8 @@ mod tests {
         assert_eq!(table.lookup(0x9000, Lookup::Return), a);
         assert_eq!((a.len(), py.len()), (1, 1));
         assert!(table.lookup(NUMPY_DATA, Lookup::Return).is_empty());
+        let arenas = table.lookup(PYMALLOC_ARENAS, Lookup::Return);
+        assert_eq!(arenas.len(), 1);
         // The same address as an instruction is another lookup.
         assert_ne!(table.lookup(0x9000, Lookup::Instruction), a);
 
@@ -261,10 +264,23 @@ mod tests {
         assert_eq!(table.show(&[a.start, py.start, a.start]), [1, 0, 1]);
         assert_eq!(table.unknown_stack(), 2);
         assert_eq!(table.unknown_stack(), 2);
+        assert_eq!(table.show(&[arenas.start]), [3]);
         let frames = table.into_frames();
-        assert_eq!(frames.len(), 3);
+        assert_eq!(frames.len(), 4);
         assert_eq!(frames[0].label(), "a.py:3 (f)");
         assert_eq!(frames[1].address.as_deref(), Some("0x9000"));
         assert_eq!(frames[2], unknown_stack_frame());
+        // pymalloc's arenas: a frame of its own kind, only named.
+        assert_eq!(frames[3].kind, FrameKind::Arena);
+        assert_eq!(frames[3].label(), crate::symbolize::PYMALLOC_ARENAS_LABEL);
+        assert_eq!(
+            (
+                &frames[3].file,
+                frames[3].line,
+                &frames[3].module,
+                &frames[3].address
+            ),
+            (&None, None, &None, &None)
+        );
     }
 }

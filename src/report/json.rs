@@ -17,7 +17,7 @@ use crate::symbolize::Symbolizer;
 use crate::Exit;
 
 /// Version of the `report.json` format.
-pub const REPORT_FORMAT_VERSION: u32 = 5;
+pub const REPORT_FORMAT_VERSION: u32 = 6;
 
 /// Function name given to the single frame of the reserved unknown stack.
 pub const UNKNOWN_STACK_LABEL: &str = "[unknown stack]";
@@ -195,8 +195,10 @@ impl FrameReport {
     /// `function (file:line)`, `function [module]`, or `0x… [module]`, with file and
     /// module shown by their file names; a Python frame reads `file:line (function)`.
     pub fn label(&self) -> String {
-        if self.kind == FrameKind::Python {
-            return self.python_label();
+        match self.kind {
+            FrameKind::Python => return self.python_label(),
+            FrameKind::Arena => return self.function.clone().unwrap_or_default(),
+            FrameKind::Native => {}
         }
         let file = self.file.as_deref().map(file_name);
         let module = self.module.as_deref().map(file_name);

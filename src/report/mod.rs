@@ -34,6 +34,9 @@ pub const REPORT_FILE: &str = "report.json";
 /// Bytes buffered per report file: a large profile's folded files run to 100 MB, which in
 /// the default 8 KiB writes is tens of thousands of system calls.
 const WRITE_BUFFER: usize = 1 << 20;
+/// The share of a process's peak (one part in this many) from which pymalloc's arenas get
+/// a note in the summary.
+const ARENAS_NOTE_SHARE: u64 = 10;
 /// Symbolization warnings shown in the summary; the rest are counted.
 const MAX_WARNINGS_SHOWN: usize = 3;
 
@@ -122,6 +125,13 @@ pub fn generate_loaded(
         let more = warnings.len() - MAX_WARNINGS_SHOWN;
         footer.push(format!("note: … and {more} more modules without symbols"));
     }
+    if report.processes.iter().any(arenas_at_peak) {
+        footer.push(
+            "note: Python objects under 512 bytes are counted by pymalloc arena, not by line; \
+             `memwarden run --python-objects` charges each to its line"
+                .into(),
+        );
+    }
     let numpy = report
         .processes
         .iter()
@@ -144,6 +154,25 @@ pub fn generate_loaded(
         summary,
         files,
     })
+}
+
+/// Whether pymalloc's arenas held a tenth or more of `process`'s peak: enough for a note
+/// on how to see their objects by line.
+fn arenas_at_peak(process: &json::ProcessReport) -> bool {
+    let in_arenas: u64 = process
+        .stacks
+        .iter()
+        .filter(|stack| {
+            stack.frames.iter().any(|&f| {
+                process
+                    .frames
+                    .get(f as usize)
+                    .is_some_and(|frame| frame.kind == crate::symbolize::FrameKind::Arena)
+            })
+        })
+        .map(|stack| stack.at_peak_bytes)
+        .sum();
+    in_arenas > 0 && in_arenas >= process.peak_bytes / ARENAS_NOTE_SHARE
 }
 
 /// Writes `report.json` and, per measure, `<measure>.folded` and `<measure>.svg` (the

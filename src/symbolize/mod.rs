@@ -13,6 +13,7 @@ mod debug_file;
 pub mod disk_cache;
 mod module;
 mod python;
+pub use python::{arenas_frame, PYMALLOC_ARENAS_LABEL};
 pub mod python_lines;
 mod symbol_table;
 
@@ -58,6 +59,9 @@ pub enum FrameKind {
     Native,
     /// A Python function, at the line it was executing.
     Python,
+    /// Memory an allocator inside the program takes in large pieces and hands out itself,
+    /// seen as a whole (CPython's pymalloc arenas): only `function`, which names it.
+    Arena,
 }
 
 /// A module file and its identity: the same path with another build id is another file.

@@ -39,6 +39,25 @@ pub(crate) fn python_frame(profile: &Profile, code: u32, value: u32, line_resolv
     }
 }
 
+/// The function name of the frame of the `PYMALLOC_ARENAS` marker. CPython takes from its
+/// arena allocator pymalloc's arenas and, since 3.11, the chunks of each thread's frame
+/// stack.
+pub const PYMALLOC_ARENAS_LABEL: &str =
+    "[pymalloc arenas: Python objects under 512 bytes, frame stacks]";
+
+/// The one frame of the stack pymalloc's arenas are charged to.
+pub fn arenas_frame() -> Frame {
+    Frame {
+        function: Some(PYMALLOC_ARENAS_LABEL.to_owned()),
+        file: None,
+        line: None,
+        module: None,
+        address: 0,
+        inlined: false,
+        kind: FrameKind::Arena,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use memwarden_abi::python::python_frame as word;

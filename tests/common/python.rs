@@ -114,13 +114,15 @@ pub struct PyStack {
     pub category: Option<String>,
     pub at_peak_bytes: u64,
     pub live_bytes: u64,
+    pub max_live_bytes: u64,
     pub allocated_bytes: u64,
     pub allocations: u64,
+    pub frees: u64,
 }
 
 #[derive(Debug, Deserialize)]
 pub struct PyFrame {
-    /// `native` or `python`.
+    /// `native`, `python` or `arena`.
     pub kind: String,
     pub function: Option<String>,
     pub file: Option<String>,
