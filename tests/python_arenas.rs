@@ -88,6 +88,8 @@ fn arenas_are_charged_whole_to_a_stack_of_their_own() {
         (&None, None, &None)
     );
     assert_eq!(stack.category.as_deref(), Some("python"));
+    // No call site makes it: `--fail site=` and `memwarden sweep` have nothing to fail there.
+    assert_eq!(stack.site, None);
 
     // At the peak the tuples were all alive, and every arena CPython had then.
     assert!(stack.at_peak_bytes >= OBJECT_BYTES, "{about}");
@@ -118,15 +120,13 @@ fn with_python_objects_only_frame_stacks_are_left_in_the_arenas() {
     };
     let scratch = Scratch::new("python_arenas_objects");
     let script = Script::new(&scratch, "tuples.py", SCRIPT);
-    let argv = [python.to_str().expect("utf-8 path"), script.arg()];
     let options = RunOptions {
         options: &["--python-objects"],
         ..RunOptions::default()
     };
-    let run = profile_with(&scratch, &argv, &options);
+    let run = run_script_with(&scratch, &python, &script, &[], &options);
     assert_success(&run.outcome, "the script with --python-objects");
-    let report = PyReport::load(&run.dir.join("report.json"));
-    let process = report.main_process(&script);
+    let process = run.report.main_process(&script);
     let about = process.describe(&script);
     let in_arenas: u64 = process
         .stacks

@@ -34,16 +34,14 @@ fn small_objects_are_charged_to_their_line_one_by_one() {
     let objects_line = script.line_of("# OBJECTS");
     let list_line = script.line_of("# LIST");
 
-    let argv = [python.to_str().expect("utf-8 path"), script.arg()];
     let options = RunOptions {
         options: &["--python-objects"],
         ..RunOptions::default()
     };
-    let run = profile_with(&scratch, &argv, &options);
+    let run = run_script_with(&scratch, &python, &script, &[], &options);
     assert_success(&run.outcome, "the script with --python-objects");
     assert_eq!(run.outcome.stdout_text(), "made 200000\n");
-    let report = PyReport::load(&run.dir.join("report.json"));
-    let process = report.main_process(&script);
+    let process = run.report.main_process(&script);
     let about = process.describe(&script);
     assert_eq!(
         process.at_peak_at(&script, objects_line),

@@ -10,7 +10,8 @@ use super::frame_table::WordMap;
 use crate::analysis::StackFigures;
 use crate::profile::{Module, Profile};
 
-/// The `site` of each of `stacks` (of `profile`), in order: none for the unknown stack.
+/// The `site` of each of `stacks` (of `profile`), in order: none for the unknown stack, nor
+/// for a stack without return addresses (pymalloc's arenas), which no call site makes.
 /// Only return addresses count, so the stacks of a Python program share keys where they
 /// differ in Python frames only: each distinct run of return addresses is hashed once.
 pub(crate) fn site_keys(profile: &Profile, stacks: &[StackFigures]) -> Vec<Option<String>> {
@@ -32,6 +33,9 @@ pub(crate) fn site_keys(profile: &Profile, stacks: &[StackFigures]) -> Vec<Optio
             }
             native.clear();
             native.extend(s.stack.frames.iter().copied().filter(|&w| is_native(w)));
+            if native.is_empty() {
+                return None;
+            }
             if let Some(key) = known.get(&native) {
                 return Some(key.clone());
             }

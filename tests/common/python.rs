@@ -70,13 +70,24 @@ pub fn run_script(
     args: &[&str],
     env: &[(&str, &str)],
 ) -> PyRun {
-    let mut argv = vec![python.to_str().expect("utf-8 path"), script.arg()];
-    argv.extend(args);
     let options = RunOptions {
         env,
         ..RunOptions::default()
     };
-    let run = profile_with(scratch, &argv, &options);
+    run_script_with(scratch, python, script, args, &options)
+}
+
+/// `memwarden run OPTIONS -- PYTHON SCRIPT ARGS...`, as `options` say.
+pub fn run_script_with(
+    scratch: &Scratch,
+    python: &Path,
+    script: &Script,
+    args: &[&str],
+    options: &RunOptions,
+) -> PyRun {
+    let mut argv = vec![python.to_str().expect("utf-8 path"), script.arg()];
+    argv.extend(args);
+    let run = profile_with(scratch, &argv, options);
     let report = PyReport::load(&run.dir.join("report.json"));
     PyRun {
         outcome: run.outcome,
@@ -110,6 +121,7 @@ pub struct PyProcess {
 pub struct PyStack {
     pub id: u64,
     pub frames: Vec<PyFrame>,
+    pub site: Option<String>,
     #[serde(default)]
     pub category: Option<String>,
     pub at_peak_bytes: u64,
