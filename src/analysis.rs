@@ -8,6 +8,7 @@ use std::collections::{BTreeMap, HashMap};
 use memwarden_abi::{at_peak, peak_bytes};
 use serde::{Deserialize, Serialize};
 
+use crate::parallel::map_in_order;
 use crate::profile::{Profile, Stack};
 use crate::python::{Categories, Category, NumpyFigures};
 use crate::Exit;
@@ -176,51 +177,48 @@ pub fn analyze<'p>(profiles: &'p [Profile], reaped: &BTreeMap<u32, Exit>) -> Vec
         ),
     };
 
-    order
-        .into_iter()
-        .map(|profile| {
-            let last = last_image.get(&profile.pid).copied().unwrap_or(profile);
-            let is_last = std::ptr::eq(last, profile);
-            let replaced_by_exec = !is_last && profile.recorded_exit.is_none();
-            let (exit, exit_source) = if is_last || replaced_by_exec {
-                final_exit(last)
-            } else {
-                // An earlier, unrelated process with a reused pid: its own record.
-                (profile.recorded_exit, Some(ExitSource::Recorded))
-            };
-            let (peak, mut stacks) = process_peak(profile);
-            stacks.retain(|s| !s.is_empty());
-            // Largest at the peak first, then most allocated, then by id. The keys are
-            // taken once: the id lies in the stack, and reading it in every comparison
-            // missed the cache twice per comparison (19 ms of 43 on 77,000 stacks).
-            stacks.sort_by_cached_key(|s| {
-                (
-                    Reverse(s.at_peak_bytes),
-                    Reverse(s.allocated_bytes),
-                    s.stack.id,
-                )
-            });
-            let totals = Totals {
-                allocated_bytes: sum(stacks.iter().map(|s| s.allocated_bytes)),
-                allocations: sum(stacks.iter().map(|s| s.allocations)),
-                frees: sum(stacks.iter().map(|s| s.frees)),
-            };
-            let numpy = numpy_figures(&stacks);
-            Process {
-                profile,
-                exit,
-                exit_source,
-                replaced_by_exec,
-                start_offset_ns: profile.start_monotonic_ns.saturating_sub(earliest),
-                peak,
-                not_freed_bytes: sum(stacks.iter().map(|s| s.live_bytes)),
-                not_freed_blocks: sum(stacks.iter().map(|s| s.live_blocks)),
-                totals,
-                numpy,
-                stacks,
-            }
-        })
-        .collect()
+    map_in_order(&order, |&profile| {
+        let last = last_image.get(&profile.pid).copied().unwrap_or(profile);
+        let is_last = std::ptr::eq(last, profile);
+        let replaced_by_exec = !is_last && profile.recorded_exit.is_none();
+        let (exit, exit_source) = if is_last || replaced_by_exec {
+            final_exit(last)
+        } else {
+            // An earlier, unrelated process with a reused pid: its own record.
+            (profile.recorded_exit, Some(ExitSource::Recorded))
+        };
+        let (peak, mut stacks) = process_peak(profile);
+        stacks.retain(|s| !s.is_empty());
+        // Largest at the peak first, then most allocated, then by id. The keys are
+        // taken once: the id lies in the stack, and reading it in every comparison
+        // missed the cache twice per comparison (19 ms of 43 on 77,000 stacks).
+        stacks.sort_by_cached_key(|s| {
+            (
+                Reverse(s.at_peak_bytes),
+                Reverse(s.allocated_bytes),
+                s.stack.id,
+            )
+        });
+        let totals = Totals {
+            allocated_bytes: sum(stacks.iter().map(|s| s.allocated_bytes)),
+            allocations: sum(stacks.iter().map(|s| s.allocations)),
+            frees: sum(stacks.iter().map(|s| s.frees)),
+        };
+        let numpy = numpy_figures(&stacks);
+        Process {
+            profile,
+            exit,
+            exit_source,
+            replaced_by_exec,
+            start_offset_ns: profile.start_monotonic_ns.saturating_sub(earliest),
+            peak,
+            not_freed_bytes: sum(stacks.iter().map(|s| s.live_bytes)),
+            not_freed_blocks: sum(stacks.iter().map(|s| s.live_blocks)),
+            totals,
+            numpy,
+            stacks,
+        }
+    })
 }
 
 /// The sum of `values`, saturated: the figures of a corrupt file can add up past `u64::MAX`.

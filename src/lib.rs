@@ -25,6 +25,7 @@
 pub mod analysis;
 mod error;
 mod exit;
+mod parallel;
 pub mod profile;
 pub mod python;
 pub mod report;

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use memwarden_abi::{PROFILE_EXTENSION, RAW_DIR};
 
 use super::{read_profile_file, Profile};
+use crate::parallel::map_in_order;
 use crate::run_record::{RunRecord, RUN_RECORD_FILE};
 use crate::Error;
 
@@ -70,9 +71,8 @@ pub fn load_dir(dir: &Path) -> Result<OutputDir, Error> {
     if paths.is_empty() {
         return Err(Error::NoProfiles { path: raw });
     }
-    let profiles = paths
-        .iter()
-        .map(|path| read_profile_file(path))
+    let profiles = map_in_order(&paths, |path| read_profile_file(path))
+        .into_iter()
         .collect::<Result<Vec<_>, _>>()?;
     let run_path = dir.join(RUN_RECORD_FILE);
     let run = if run_path.exists() {

@@ -6,6 +6,7 @@
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::ops::Range;
+use std::sync::{Mutex, PoisonError};
 
 use memwarden_abi::python::{self, FrameWord};
 
@@ -69,7 +70,8 @@ struct Known {
 /// The frames of one process: those symbolized (the pool) and those shown (the table).
 pub(crate) struct FrameTable<'a> {
     profile: &'a Profile,
-    symbolizer: &'a mut Symbolizer,
+    /// Shared with the tables of the run's other processes, built at the same time.
+    symbolizer: &'a Mutex<Symbolizer>,
     /// Every frame symbolized so far, shown or not, each word's inline levels together.
     pool: Vec<Frame>,
     /// The flags of each pool frame ([`frame_flags`]).
@@ -90,7 +92,7 @@ pub(crate) struct FrameTable<'a> {
 
 impl<'a> FrameTable<'a> {
     /// An empty table for `profile`'s frames.
-    pub(crate) fn new(profile: &'a Profile, symbolizer: &'a mut Symbolizer) -> Self {
+    pub(crate) fn new(profile: &'a Profile, symbolizer: &'a Mutex<Symbolizer>) -> Self {
         FrameTable {
             profile,
             symbolizer,
@@ -120,6 +122,11 @@ impl<'a> FrameTable<'a> {
             return range;
         }
         let profile = self.profile;
+        let symbolizer = || {
+            self.symbolizer
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+        };
         let frames = match python::decode(word) {
             FrameWord::Marker(python::PYMALLOC_ARENAS) => vec![crate::symbolize::arenas_frame()],
             FrameWord::Marker(_) => Vec::new(),
@@ -127,12 +134,10 @@ impl<'a> FrameTable<'a> {
                 code,
                 value,
                 line_resolved,
-            } => vec![self
-                .symbolizer
-                .python_frame(profile, code, value, line_resolved)],
+            } => vec![symbolizer().python_frame(profile, code, value, line_resolved)],
             FrameWord::Native(address) => match how {
-                Lookup::Return => self.symbolizer.frames(profile, address),
-                Lookup::Instruction => self.symbolizer.instruction_frames(profile, address),
+                Lookup::Return => symbolizer().frames(profile, address),
+                Lookup::Instruction => symbolizer().instruction_frames(profile, address),
             },
         };
         let start = self.pool.len() as u32;
@@ -247,8 +252,8 @@ mod tests {
     #[test]
     fn each_word_is_symbolized_once_and_each_frame_shown_once() {
         let profile = profile();
-        let mut symbolizer = Symbolizer::new();
-        let mut table = FrameTable::new(&profile, &mut symbolizer);
+        let symbolizer = Mutex::new(Symbolizer::new());
+        let mut table = FrameTable::new(&profile, &symbolizer);
         let a = table.lookup(0x9000, Lookup::Return);
         let py = table.lookup(python_frame(0, 3, true), Lookup::Return);
         assert_eq!(table.lookup(0x9000, Lookup::Return), a);

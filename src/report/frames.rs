@@ -371,8 +371,8 @@ mod tests {
 
         /// The frames shown for `words` of `profile`, resolved from a fresh table.
         fn shown_report_frames(profile: &Profile, words: &[u64]) -> Vec<FrameReport> {
-            let mut symbolizer = Symbolizer::new();
-            let mut table = FrameTable::new(profile, &mut symbolizer);
+            let symbolizer = std::sync::Mutex::new(Symbolizer::new());
+            let mut table = FrameTable::new(profile, &symbolizer);
             let indices = shown_frames(&mut table, words);
             let frames = table.into_frames();
             indices

@@ -1,6 +1,8 @@
 //! The report model, built from the analysis and the symbols: its serialization is the
 //! `report.json` contract (docs/report-format.md); the other renderers read it too.
 
+use std::sync::{Mutex, PoisonError};
+
 use memwarden_abi::{degraded_reason, flags, UNKNOWN_STACK_ID};
 use serde::{Deserialize, Serialize};
 
@@ -10,6 +12,7 @@ use super::frame_table::FrameTable;
 use super::leaks::{LeakCheckReport, LeakReport, LeakSummary};
 use super::{errors, failures, frames, site};
 use crate::analysis::{ExitSource, Process, StackFigures, Totals};
+use crate::parallel::map_in_order;
 use crate::profile::python_version_text;
 use crate::python::{Category, NumpyFigures};
 pub use crate::symbolize::FrameKind;
@@ -238,10 +241,14 @@ pub fn file_name(path: &str) -> &str {
 
 /// Builds the report of analysed `processes` of a run of `command`.
 pub fn build(command: Vec<String>, processes: &[Process], symbolizer: &mut Symbolizer) -> Report {
+    // Lent to the processes' tables, built at the same time, and given back.
+    let shared = Mutex::new(std::mem::take(symbolizer));
+    let processes = map_in_order(processes, |p| process(p, &shared));
+    *symbolizer = shared.into_inner().unwrap_or_else(PoisonError::into_inner);
     Report {
         format_version: REPORT_FORMAT_VERSION,
         command,
-        processes: processes.iter().map(|p| process(p, symbolizer)).collect(),
+        processes,
     }
 }
 
@@ -250,7 +257,7 @@ pub(crate) fn ms(ns: u64) -> f64 {
     (ns / 1_000) as f64 / 1_000.0
 }
 
-fn process(p: &Process, symbolizer: &mut Symbolizer) -> ProcessReport {
+fn process(p: &Process, symbolizer: &Mutex<Symbolizer>) -> ProcessReport {
     let profile = p.profile;
     // Stacks first: the table lists frames in the order the stacks (by peak) first use them.
     let mut table = FrameTable::new(profile, symbolizer);

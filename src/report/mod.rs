@@ -117,7 +117,9 @@ pub fn generate_loaded(
     if loaded.run.is_none() {
         footer.push("note: no run.json: exit statuses are those the processes recorded".into());
     }
-    let warnings = symbolizer.warnings();
+    // Sorted: the processes' tables, built at the same time, meet the modules in any order.
+    let mut warnings = symbolizer.warnings().to_vec();
+    warnings.sort();
     for warning in warnings.iter().take(MAX_WARNINGS_SHOWN) {
         footer.push(format!("note: {warning}"));
     }

@@ -1,0 +1,61 @@
+//! Store → analysis → report, across processes: a run's profiles are read, analysed and
+//! built into the report one process at a time on each core. The processes of a run are
+//! independent until the report joins them, and a run of several large ones (a process
+//! pool, each worker importing the same libraries) otherwise left a core idle for most of
+//! the report.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+/// `work` applied to each of `items`, the results in the items' order. The items are
+/// shared among as many threads as the machine has cores (never more than there are
+/// items); each thread takes the next item not yet taken, so one large item does not hold
+/// back the others. With one core or one item, all runs on the calling thread.
+pub(crate) fn map_in_order<T: Sync, R: Send>(items: &[T], work: impl Fn(&T) -> R + Sync) -> Vec<R> {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let threads = cores.min(items.len());
+    if threads <= 1 {
+        return items.iter().map(work).collect();
+    }
+    let next = AtomicUsize::new(0);
+    let done: Mutex<Vec<(usize, R)>> = Mutex::new(Vec::with_capacity(items.len()));
+    std::thread::scope(|scope| {
+        for _ in 0..threads {
+            scope.spawn(|| loop {
+                let index = next.fetch_add(1, Ordering::Relaxed);
+                let Some(item) = items.get(index) else {
+                    break;
+                };
+                let result = work(item);
+                done.lock()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner())
+                    .push((index, result));
+            });
+        }
+    });
+    let mut done = done
+        .into_inner()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    done.sort_unstable_by_key(|&(index, _)| index);
+    done.into_iter().map(|(_, result)| result).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn results_keep_the_order_of_the_items() {
+        let items: Vec<u64> = (0..1000).collect();
+        // Uneven work, so that threads finish out of order.
+        let squares = map_in_order(&items, |&n| {
+            if n % 7 == 0 {
+                std::thread::yield_now();
+            }
+            n * n
+        });
+        assert_eq!(squares, items.iter().map(|n| n * n).collect::<Vec<_>>());
+        assert!(map_in_order(&[] as &[u64], |&n| n).is_empty());
+        assert_eq!(map_in_order(&[5u64], |&n| n + 1), [6]);
+    }
+}
