@@ -164,8 +164,10 @@ fn arenas_at_peak(process: &json::ProcessReport) -> bool {
     let in_arenas: u64 = process
         .stacks
         .iter()
+        // The arenas' frame is the only frame of their stack: one look per stack, not
+        // one per frame of every stack.
         .filter(|stack| {
-            stack.frames.iter().any(|&f| {
+            stack.frames.first().is_some_and(|&f| {
                 process
                     .frames
                     .get(f as usize)
