@@ -3,6 +3,7 @@
 //! once, in the order they are first shown, and stacks, failures, crashes and errors name
 //! them by index (report.json's `frames`, format 5).
 
+use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::ops::Range;
@@ -86,8 +87,10 @@ pub(crate) struct FrameTable<'a> {
     shown: Vec<u32>,
     /// The table: the frames shown, each once.
     table: Vec<FrameReport>,
-    /// The table index of the `[unknown stack]` frame, once shown.
-    unknown: Option<u32>,
+    /// The table index of each frame shown. Pool frames of different words can be the
+    /// same frame: a Python line runs many instructions, each its own frame word, and a
+    /// module compiled again gives the same lines new code objects.
+    indices: HashMap<FrameReport, u32>,
 }
 
 impl<'a> FrameTable<'a> {
@@ -102,7 +105,7 @@ impl<'a> FrameTable<'a> {
             instructions: WordMap::default(),
             shown: Vec::new(),
             table: Vec::new(),
-            unknown: None,
+            indices: HashMap::new(),
         }
     }
 
@@ -174,22 +177,33 @@ impl<'a> FrameTable<'a> {
     pub(crate) fn show(&mut self, pool: &[u32]) -> Vec<u32> {
         pool.iter()
             .map(|&index| {
-                let slot = &mut self.shown[index as usize];
-                if *slot == NOT_SHOWN {
-                    *slot = self.table.len() as u32;
-                    self.table.push(report_frame(&self.pool[index as usize]));
+                let slot = self.shown[index as usize];
+                if slot != NOT_SHOWN {
+                    return slot;
                 }
-                *slot
+                let slot = self.enter(report_frame(&self.pool[index as usize]));
+                self.shown[index as usize] = slot;
+                slot
             })
             .collect()
     }
 
     /// The table index of the single frame of the unknown stack.
     pub(crate) fn unknown_stack(&mut self) -> u32 {
-        *self.unknown.get_or_insert_with(|| {
-            self.table.push(unknown_stack_frame());
-            self.table.len() as u32 - 1
-        })
+        self.enter(unknown_stack_frame())
+    }
+
+    /// The table index of `frame`, entered at the table's end if new.
+    fn enter(&mut self, frame: FrameReport) -> u32 {
+        let next = self.table.len() as u32;
+        match self.indices.entry(frame) {
+            Entry::Occupied(known) => *known.get(),
+            Entry::Vacant(new) => {
+                self.table.push(new.key().clone());
+                new.insert(next);
+                next
+            }
+        }
     }
 
     /// The frame at table index `index` (one `show` or `unknown_stack` gave).
@@ -222,17 +236,48 @@ mod tests {
     use super::*;
     use crate::profile::synthetic::{stack_record, ProfileBuilder, SyntheticCode};
 
+    fn code() -> SyntheticCode {
+        SyntheticCode {
+            filename: "/w/a.py".into(),
+            name: "f".into(),
+            qualname: "f".into(),
+            first_line: 1,
+            line_table: vec![],
+        }
+    }
+
     fn profile() -> Profile {
         ProfileBuilder::new(1)
-            .python_code(SyntheticCode {
-                filename: "/w/a.py".into(),
-                name: "f".into(),
-                qualname: "f".into(),
-                first_line: 1,
-                line_table: vec![],
-            })
+            .python_code(code())
             .stack(&[python_frame(0, 3, true)], stack_record())
             .build_profile()
+    }
+
+    #[test]
+    fn words_that_are_the_same_frame_share_its_entry() {
+        // GIVEN the same function compiled twice (two code objects, as each compile() of
+        // one source makes), and a frame word of each at line 3.
+        let profile = ProfileBuilder::new(1)
+            .python_code(code())
+            .python_code(code())
+            .stack(&[python_frame(0, 3, true)], stack_record())
+            .build_profile();
+        let symbolizer = Mutex::new(Symbolizer::new());
+        let mut table = FrameTable::new(&profile, &symbolizer);
+        let first = table.lookup(python_frame(0, 3, true), Lookup::Return);
+        let again = table.lookup(python_frame(1, 3, true), Lookup::Return);
+        let other_line = table.lookup(python_frame(1, 4, true), Lookup::Return);
+        // THEN they are two words symbolized, but one frame of the table.
+        assert_ne!(first, again);
+        assert_eq!(
+            table.show(&[first.start, again.start, other_line.start]),
+            [0, 0, 1]
+        );
+        assert_eq!(table.show(&[again.start]), [0]);
+        let frames = table.into_frames();
+        assert_eq!(frames.len(), 2);
+        assert_eq!(frames[0].label(), "a.py:3 (f)");
+        assert_eq!(frames[1].label(), "a.py:4 (f)");
     }
 
     #[test]

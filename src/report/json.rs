@@ -157,7 +157,7 @@ pub struct StackReport {
 }
 
 /// One frame.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct FrameReport {
     /// Demangled function name; for a Python frame, the code's qualified name.
     pub function: Option<String>,
@@ -171,7 +171,7 @@ pub struct FrameReport {
     pub address: Option<String>,
     /// Inlined into the next frame.
     pub inlined: bool,
-    /// `native` or `python`.
+    /// `native`, `python` or `arena`.
     #[serde(default)]
     pub kind: FrameKind,
 }

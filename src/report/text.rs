@@ -2,6 +2,7 @@
 //! its exit, peak, NumPy array data, top stacks at the peak, totals, leaks, injected
 //! failures, crash, flags and guard mode, then its heap errors (`error_text`).
 
+use std::collections::HashMap;
 use std::fmt::Write;
 
 use super::error_text::{guard_line, total_line, write_errors};
@@ -143,21 +144,15 @@ fn write_process(out: &mut String, p: &ProcessReport, style: &Style) {
             bytes(p.numpy.not_freed_bytes)
         );
     }
-    let top: Vec<&StackReport> = p
-        .stacks
-        .iter()
-        .filter(|s| s.at_peak_bytes > 0)
-        .take(style.top)
-        .collect();
-    for (i, stack) in top.iter().enumerate() {
-        let share = stack.at_peak_bytes as f64 * 100.0 / p.peak_bytes.max(1) as f64;
+    for (i, (at_peak, frames)) in top_at_peak(&p.stacks, style.top).into_iter().enumerate() {
+        let share = at_peak as f64 * 100.0 / p.peak_bytes.max(1) as f64;
         let _ = writeln!(
             out,
             "  {:<12} {:>10} {:>5.1}%  {}",
             if i == 0 { "at the peak" } else { "" },
-            human(stack.at_peak_bytes),
+            human(at_peak),
             share,
-            chain_of(&p.resolve(&stack.frames), CHAIN_FRAMES)
+            chain_of(&p.resolve(frames), CHAIN_FRAMES)
         );
     }
     let t = &p.totals;
@@ -206,6 +201,29 @@ fn write_process(out: &mut String, p: &ProcessReport, style: &Style) {
 
 /// `3 allocation failures (rule 1: 2, rule 2: 1)`, counted by rule over the stored
 /// failures, with how many more were injected than stored.
+/// The `count` largest figures at the peak, with their frames, of `stacks` that show the
+/// same frames taken together: recorded stacks can differ only in frames the report leaves
+/// out (the instructions of one Python line, the interpreter's own frames), and one line
+/// of code is then one entry, not several with its bytes split between them.
+fn top_at_peak(stacks: &[StackReport], count: usize) -> Vec<(u64, &[u32])> {
+    let mut merged: Vec<(u64, &[u32])> = Vec::new();
+    let mut index: HashMap<&[u32], usize> = HashMap::new();
+    for stack in stacks.iter().filter(|s| s.at_peak_bytes > 0) {
+        let frames = stack.frames.as_slice();
+        match index.get(frames) {
+            Some(&i) => merged[i].0 = merged[i].0.saturating_add(stack.at_peak_bytes),
+            None => {
+                index.insert(frames, merged.len());
+                merged.push((stack.at_peak_bytes, frames));
+            }
+        }
+    }
+    // Stable: equal figures keep the order of report.json's stacks.
+    merged.sort_by_key(|&(bytes, _)| std::cmp::Reverse(bytes));
+    merged.truncate(count);
+    merged
+}
+
 fn injected(p: &ProcessReport) -> String {
     let mut by_rule = std::collections::BTreeMap::<u32, u64>::new();
     for failure in &p.injected_failures {

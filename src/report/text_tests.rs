@@ -15,6 +15,32 @@ fn style() -> Style {
 }
 
 #[test]
+fn stacks_showing_the_same_frames_are_one_entry_of_the_top_list() {
+    // GIVEN two recorded stacks that show the same frames (two instructions of one Python
+    // line, say), holding 1 MiB and 3 MiB, and a third of 2 MiB elsewhere.
+    let mut p = process_report(7, &["python3", "job.py"]);
+    (p.peak_bytes, p.peak_blocks) = (6 << 20, 3);
+    p.stacks = vec![
+        stack_report(&mut p, 1, &["job.py:4 (make)"], 3 << 20, 0, 3 << 20),
+        stack_report(&mut p, 2, &["job.py:9 (other)"], 2 << 20, 0, 2 << 20),
+        stack_report(&mut p, 3, &["job.py:4 (make)"], 1 << 20, 0, 1 << 20),
+    ];
+    let report = Report {
+        format_version: 1,
+        command: vec!["python3".into(), "job.py".into()],
+        processes: vec![p],
+    };
+    // THEN the line is one entry of 4 MiB, above the other.
+    let text = summary(&report, &style(), &[]);
+    assert!(
+        text.contains(
+            "  at the peak     4.0 MiB  66.7%  job.py:4 (make)\n                  2.0 MiB  33.3%  job.py:9 (other)\n"
+        ),
+        "{text}"
+    );
+}
+
+#[test]
 fn summary_shows_exit_peak_top_stacks_totals_and_flags() {
     let mut p = process_report(42, &["./peak", "3"]);
     p.exit = Some(Exit::Code(0));

@@ -117,6 +117,16 @@ pub fn read_report_json(path: &Path) -> Result<serde_json::Value, String> {
     let mut json: serde_json::Value = serde_json::from_str(&text).map_err(|e| failed(&e))?;
     for process in json["processes"].as_array_mut().into_iter().flatten() {
         let table = process["frames"].as_array().cloned().unwrap_or_default();
+        // The format's promise: each distinct frame once.
+        let distinct: std::collections::HashSet<String> =
+            table.iter().map(|frame| frame.to_string()).collect();
+        if distinct.len() != table.len() {
+            return Err(failed(&format!(
+                "{} of the {} frames of the table repeat another",
+                table.len() - distinct.len(),
+                table.len()
+            )));
+        }
         let resolve = |frames: &mut serde_json::Value| -> Result<(), String> {
             for frame in frames.as_array_mut().into_iter().flatten() {
                 let index = frame
