@@ -80,9 +80,9 @@ fn main() -> ExitCode {
 
 /// Nothing is left to do with `value` but free it, and the process is about to exit
 /// (`run` and `report` end so): the kernel takes its memory back at once, where freeing it
-/// would walk every allocation and unmap each debug file. On the imports workload that was 45 ms after the report was
-/// written (the symbolizer's debug information 20 ms, the loaded profile and the report
-/// 12 ms each); on the NumPy one, 15 ms.
+/// would walk every allocation and unmap each debug file. On the imports workload that was
+/// 45 ms after the report was written (the symbolizer's debug information 20 ms, the
+/// loaded profile and the report 12 ms each); on the NumPy one, 15 ms.
 pub(crate) fn leave_to_exit<T>(value: T) {
     std::mem::forget(value);
 }

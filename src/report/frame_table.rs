@@ -1,7 +1,7 @@
 //! Report stage, between symbolization and report.json: a process's frame table. Each
 //! distinct frame word is symbolized once; the frames the report shows enter the table
 //! once, in the order they are first shown, and stacks, failures, crashes and errors name
-//! them by index (report.json's `frames`, format 5).
+//! them by index (report.json's `frames`, since format 5).
 
 use std::collections::hash_map::Entry;
 use std::collections::HashMap;

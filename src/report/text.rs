@@ -199,8 +199,6 @@ fn write_process(out: &mut String, p: &ProcessReport, style: &Style) {
     }
 }
 
-/// `3 allocation failures (rule 1: 2, rule 2: 1)`, counted by rule over the stored
-/// failures, with how many more were injected than stored.
 /// The `count` largest figures at the peak, with their frames, of `stacks` that show the
 /// same frames taken together: recorded stacks can differ only in frames the report leaves
 /// out (the instructions of one Python line, the interpreter's own frames), and one line
@@ -224,6 +222,8 @@ fn top_at_peak(stacks: &[StackReport], count: usize) -> Vec<(u64, &[u32])> {
     merged
 }
 
+/// `3 allocation failures (rule 1: 2, rule 2: 1)`, counted by rule over the stored
+/// failures, with how many more were injected than stored.
 fn injected(p: &ProcessReport) -> String {
     let mut by_rule = std::collections::BTreeMap::<u32, u64>::new();
     for failure in &p.injected_failures {
