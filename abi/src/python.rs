@@ -37,6 +37,8 @@ pub const NUMPY_DATA: u64 = MARKER_TAG | 1;
 /// Marker, the one frame of the stack that pymalloc's arenas (the mappings CPython serves
 /// objects under 512 bytes from) are charged to, whoever made the object that opened them.
 pub const PYMALLOC_ARENAS: u64 = MARKER_TAG | 2;
+/// Marker, in place of the interpreter's frames left out of a long run of them.
+pub const INTERPRETER_FRAMES_LEFT_OUT: u64 = MARKER_TAG | 3;
 
 /// One frame word, decoded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -13,12 +13,13 @@
 //! for every allocation is most of the cost of a stack. So the native frames kept are those
 //! below the innermost Python frame — what allocated, in C — less the interpreter's calling
 //! machinery right under the Python line when an extension's function (NumPy's, a ctypes
-//! target) sits below it. A C function between two Python frames (a callback's caller) is
-//! not shown.
+//! target) sits below it, or the middle of a long run of the interpreter's own frames
+//! (its parser's and compiler's recursion) when nothing else does. A C function between two
+//! Python frames (a callback's caller) is not shown.
 
 use core::mem::MaybeUninit;
 
-use memwarden_abi::python::python_frame;
+use memwarden_abi::python::{self, python_frame};
 use memwarden_abi::MAX_DEPTH_LIMIT;
 
 use crate::python_codes::read_u64;
@@ -56,6 +57,17 @@ impl<T: Copy, const N: usize> Pushed<T, N> {
             slot.write(value);
             self.len += 1;
         }
+    }
+
+    /// Puts `value` in place of items `start..end` (none when the range is empty or past
+    /// the end).
+    fn replace_with(&mut self, start: usize, end: usize, value: T) {
+        if start >= end || end > self.len {
+            return;
+        }
+        self.items.copy_within(end..self.len, start + 1);
+        self.items[start].write(value);
+        self.len -= end - start - 1;
     }
 
     fn truncate(&mut self, len: usize) {
@@ -151,6 +163,7 @@ pub fn with_python_frames(
         native_frames.iter().for_each(|&frame| merged.push(frame));
         return remembered(guard, &inputs, recorder.intern(merged.as_slice()));
     };
+    let first_native = merged.len;
     let mut group = 0;
     let mut seen_python = false;
     let mut outermost_python = 0;
@@ -162,8 +175,9 @@ pub fn with_python_frames(
             if !words.is_empty() && !seen_python {
                 // The interpreter's calling machinery between an extension's C function
                 // (or the allocator) and the Python line that called it says nothing.
-                if let Some(end) = after_foreign {
-                    merged.truncate(end);
+                match after_foreign {
+                    Some(end) => merged.truncate(end),
+                    None => leave_out_middle(&mut merged, first_native, KEEP_OUTER),
                 }
             }
             words.iter().for_each(|&word| merged.push(word));
@@ -184,7 +198,12 @@ pub fn with_python_frames(
         }
     }
     // The native walk stops at the innermost evaluation loop (or its depth limit): the
-    // Python frames of every outer evaluation call go on top.
+    // Python frames of every outer evaluation call go on top. A walk that stopped short
+    // of the loop inside the interpreter (its parser's recursion is deeper than the
+    // limit) ends at no frame worth keeping.
+    if !seen_python && after_foreign.is_none() {
+        leave_out_middle(&mut merged, first_native, 0);
+    }
     while group < python.groups() {
         let words = python.group(group);
         words.iter().for_each(|&word| merged.push(word));
@@ -195,6 +214,32 @@ pub fn with_python_frames(
     }
     merged.truncate(outermost_python);
     remembered(guard, &inputs, recorder.intern(merged.as_slice()))
+}
+
+/// Return addresses kept at the inner end of a run of the interpreter's frames below the
+/// innermost Python frame: the allocating function and its caller (`list_resize` under
+/// `PyList_Append`, the compiler's `compiler_next_instr` under the `compiler_addop…` that
+/// grew its code).
+const KEEP_INNER: usize = 2;
+/// Return addresses kept at the outer end of such a run: the C function the Python line
+/// called (`builtin_compile`) and the one it called.
+const KEEP_OUTER: usize = 2;
+
+/// Puts the `INTERPRETER_FRAMES_LEFT_OUT` marker in place of the middle of the run of the
+/// interpreter's return addresses from `start` to the end of `merged`, keeping
+/// [`KEEP_INNER`] of them at its inner end and `keep_outer` at its outer end. The
+/// interpreter's parser and compiler recurse as deep as the source they read: kept whole,
+/// their frames make a distinct stack of nearly every allocation under `compile()` or an
+/// import from source, each as long as the recursion, which the Python line says better.
+fn leave_out_middle(merged: &mut Merged, start: usize, keep_outer: usize) {
+    let run = merged.len.saturating_sub(start);
+    if run > KEEP_INNER + keep_outer + 1 {
+        merged.replace_with(
+            start + KEEP_INNER,
+            merged.len - keep_outer,
+            python::INTERPRETER_FRAMES_LEFT_OUT,
+        );
+    }
 }
 
 /// `merged`, kept in the memo as what `inputs` make (unless the table had no room).
@@ -368,4 +413,45 @@ unsafe fn frame_word(
     // SAFETY: the caller's contract.
     let index = unsafe { runtime.codes.index_of(&recorder.file, l, code) }?;
     Some(python_frame(index, offset, false))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn merged(words: core::ops::Range<u64>) -> Merged {
+        let mut merged = Merged::new();
+        words.for_each(|word| merged.push(word));
+        merged
+    }
+
+    #[test]
+    fn a_long_run_keeps_both_ends_around_the_marker() {
+        // A NumPy marker at 0, then ten of the interpreter's return addresses.
+        let mut stack = merged(100..111);
+        leave_out_middle(&mut stack, 1, KEEP_OUTER);
+        let left_out = python::INTERPRETER_FRAMES_LEFT_OUT;
+        assert_eq!(stack.as_slice(), [100, 101, 102, left_out, 109, 110]);
+    }
+
+    #[test]
+    fn a_walk_cut_short_keeps_only_the_inner_end() {
+        let mut stack = merged(0..70);
+        leave_out_middle(&mut stack, 0, 0);
+        let left_out = python::INTERPRETER_FRAMES_LEFT_OUT;
+        assert_eq!(stack.as_slice(), [0, 1, left_out]);
+    }
+
+    #[test]
+    fn a_run_no_longer_than_what_it_would_keep_stays_whole() {
+        // Two kept inside, two outside, and the marker: five frames or fewer gain nothing.
+        for len in 0..=5 {
+            let mut stack = merged(0..len);
+            leave_out_middle(&mut stack, 0, KEEP_OUTER);
+            assert_eq!(stack.as_slice(), (0..len).collect::<Vec<_>>());
+        }
+        let mut stack = merged(0..6);
+        leave_out_middle(&mut stack, 0, KEEP_OUTER);
+        assert_eq!(stack.len, 5);
+    }
 }

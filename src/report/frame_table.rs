@@ -132,6 +132,9 @@ impl<'a> FrameTable<'a> {
         };
         let frames = match python::decode(word) {
             FrameWord::Marker(python::PYMALLOC_ARENAS) => vec![crate::symbolize::arenas_frame()],
+            FrameWord::Marker(python::INTERPRETER_FRAMES_LEFT_OUT) => {
+                vec![crate::symbolize::left_out_frame()]
+            }
             FrameWord::Marker(_) => Vec::new(),
             FrameWord::Python {
                 code,
@@ -231,7 +234,9 @@ fn report_frame(f: &Frame) -> FrameReport {
 
 #[cfg(test)]
 mod tests {
-    use memwarden_abi::python::{python_frame, NUMPY_DATA, PYMALLOC_ARENAS};
+    use memwarden_abi::python::{
+        python_frame, INTERPRETER_FRAMES_LEFT_OUT, NUMPY_DATA, PYMALLOC_ARENAS,
+    };
 
     use super::*;
     use crate::profile::synthetic::{stack_record, ProfileBuilder, SyntheticCode};
@@ -330,6 +335,27 @@ mod tests {
                 &frames[3].module,
                 &frames[3].address
             ),
+            (&None, None, &None, &None)
+        );
+    }
+
+    #[test]
+    fn the_interpreters_frames_left_out_show_as_one_named_frame() {
+        let profile = profile();
+        let symbolizer = Mutex::new(Symbolizer::new());
+        let mut table = FrameTable::new(&profile, &symbolizer);
+        let left_out = table.lookup(INTERPRETER_FRAMES_LEFT_OUT, Lookup::Return);
+        assert_eq!(left_out.len(), 1);
+        let shown = table.show(&[left_out.start]);
+        let frames = table.into_frames();
+        let frame = &frames[shown[0] as usize];
+        assert_eq!(frame.kind, FrameKind::Elided);
+        assert_eq!(
+            frame.label(),
+            crate::symbolize::INTERPRETER_FRAMES_LEFT_OUT_LABEL
+        );
+        assert_eq!(
+            (&frame.file, frame.line, &frame.module, &frame.address),
             (&None, None, &None, &None)
         );
     }

@@ -191,7 +191,7 @@ fn is_profiler_frame(frame: &Frame) -> bool {
             .file
             .as_deref()
             .is_some_and(|f| PROFILER_PYTHON_HOOK.iter().any(|hook| f.ends_with(hook))),
-        FrameKind::Arena => false,
+        FrameKind::Arena | FrameKind::Elided => false,
     }
 }
 

@@ -20,7 +20,7 @@ use crate::symbolize::Symbolizer;
 use crate::Exit;
 
 /// Version of the `report.json` format.
-pub const REPORT_FORMAT_VERSION: u32 = 6;
+pub const REPORT_FORMAT_VERSION: u32 = 7;
 
 /// Function name given to the single frame of the reserved unknown stack.
 pub const UNKNOWN_STACK_LABEL: &str = "[unknown stack]";
@@ -200,7 +200,9 @@ impl FrameReport {
     pub fn label(&self) -> String {
         match self.kind {
             FrameKind::Python => return self.python_label(),
-            FrameKind::Arena => return self.function.clone().unwrap_or_default(),
+            FrameKind::Arena | FrameKind::Elided => {
+                return self.function.clone().unwrap_or_default()
+            }
             FrameKind::Native => {}
         }
         let file = self.file.as_deref().map(file_name);

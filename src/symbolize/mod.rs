@@ -13,7 +13,9 @@ mod debug_file;
 pub mod disk_cache;
 mod module;
 mod python;
-pub use python::{arenas_frame, PYMALLOC_ARENAS_LABEL};
+pub use python::{
+    arenas_frame, left_out_frame, INTERPRETER_FRAMES_LEFT_OUT_LABEL, PYMALLOC_ARENAS_LABEL,
+};
 pub mod python_lines;
 mod symbol_table;
 
@@ -62,6 +64,10 @@ pub enum FrameKind {
     /// Memory an allocator inside the program takes in large pieces and hands out itself,
     /// seen as a whole (CPython's pymalloc arenas): only `function`, which names it.
     Arena,
+    /// In place of the interpreter's frames the preload left out of the middle of a long
+    /// run of them below a Python frame (its parser's recursion): only `function`, which
+    /// says so.
+    Elided,
 }
 
 /// A module file and its identity: the same path with another build id is another file.

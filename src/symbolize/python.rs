@@ -45,16 +45,29 @@ pub(crate) fn python_frame(profile: &Profile, code: u32, value: u32, line_resolv
 pub const PYMALLOC_ARENAS_LABEL: &str =
     "[pymalloc arenas: Python objects under 512 bytes, frame stacks]";
 
+/// The function name of the frame of the `INTERPRETER_FRAMES_LEFT_OUT` marker.
+pub const INTERPRETER_FRAMES_LEFT_OUT_LABEL: &str = "[interpreter frames left out]";
+
 /// The one frame of the stack pymalloc's arenas are charged to.
 pub fn arenas_frame() -> Frame {
+    named_frame(PYMALLOC_ARENAS_LABEL, FrameKind::Arena)
+}
+
+/// The frame standing for the interpreter's frames the preload left out of a stack.
+pub fn left_out_frame() -> Frame {
+    named_frame(INTERPRETER_FRAMES_LEFT_OUT_LABEL, FrameKind::Elided)
+}
+
+/// A frame of kind `kind` that has only a name.
+fn named_frame(name: &str, kind: FrameKind) -> Frame {
     Frame {
-        function: Some(PYMALLOC_ARENAS_LABEL.to_owned()),
+        function: Some(name.to_owned()),
         file: None,
         line: None,
         module: None,
         address: 0,
         inlined: false,
-        kind: FrameKind::Arena,
+        kind,
     }
 }
 

@@ -134,8 +134,11 @@ pub struct PyStack {
 
 #[derive(Debug, Deserialize)]
 pub struct PyFrame {
-    /// `native`, `python` or `arena`.
+    /// `native`, `python`, `arena` or `elided`.
     pub kind: String,
+    /// Whether a native frame is a function inlined into the frame that follows it.
+    #[serde(default)]
+    pub inlined: bool,
     pub function: Option<String>,
     pub file: Option<String>,
     pub line: Option<u32>,
