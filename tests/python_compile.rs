@@ -17,9 +17,7 @@ const KEPT_OUTER: usize = 2;
 /// GIVEN source nested 60 parentheses deep (the parser recurses about 20 C calls per level,
 /// far past the native walk's depth limit of 64) and source nested a few levels (within
 /// it), each compiled on a line of its own.
-const SCRIPT: &str = r#"import sys
-
-DEEP = "x = " + "(" * 60 + "1" + ")" * 60 + "\n"
+const SCRIPT: &str = r#"DEEP = "x = " + "(" * 60 + "1" + ")" * 60 + "\n"
 SHALLOW = "".join(f"def f{i}(a):\n    return [a + {i}, (a, {i})]\n" for i in range(300))
 
 
