@@ -10,8 +10,9 @@
 //! 0b10  Python frame: bit 61 = LINE_RESOLVED, bits 60..32 = code record index,
 //!       bits 31..0 = instruction offset in code units (or the line, if LINE_RESOLVED)
 //! 0b11  marker: NUMPY_DATA (as frame 0: the block is NumPy array data, allocated through
-//!       memwarden's data-memory handler), or PYMALLOC_ARENAS (the only frame: the stack
-//!       every pymalloc arena is charged to)
+//!       memwarden's data-memory handler), PYMALLOC_ARENAS (the only frame: the stack
+//!       every pymalloc arena is charged to), or INTERPRETER_FRAMES_LEFT_OUT (in place of
+//!       the middle of a long run of the interpreter's frames below a Python frame)
 //! ```
 //!
 //! The preload copies each code object's file name, function names and line table into the
@@ -54,7 +55,7 @@ pub enum FrameWord {
         /// Whether `value` is already a line.
         line_resolved: bool,
     },
-    /// A marker word ([`NUMPY_DATA`], [`PYMALLOC_ARENAS`]).
+    /// A marker word ([`NUMPY_DATA`], [`PYMALLOC_ARENAS`], [`INTERPRETER_FRAMES_LEFT_OUT`]).
     Marker(u64),
 }
 

@@ -171,7 +171,7 @@ pub struct FrameReport {
     pub address: Option<String>,
     /// Inlined into the next frame.
     pub inlined: bool,
-    /// `native`, `python` or `arena`.
+    /// `native`, `python`, `arena` or `elided`.
     #[serde(default)]
     pub kind: FrameKind,
 }
