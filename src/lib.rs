@@ -31,6 +31,7 @@ pub mod python;
 pub mod report;
 pub mod run_record;
 pub mod symbolize;
+mod word_map;
 
 pub use error::Error;
 pub use exit::Exit;

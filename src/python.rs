@@ -3,12 +3,11 @@
 //! process's NumPy array figures. Functions of a profile alone, like the rest of analysis
 //! (a stack's category is worked out with what is known of its words memoized).
 
-use std::collections::HashMap;
-
 use memwarden_abi::python::{self, category, FrameWord, NUMPY_DATA, PYMALLOC_ARENAS};
 use serde::{Deserialize, Serialize};
 
 use crate::profile::{Module, Profile, Stack};
+use crate::word_map::WordMap;
 
 /// File-name prefix of the profiler's own modules, whose frames never count.
 const PROFILER_MODULE_PREFIX: &str = "libmemwarden";
@@ -94,7 +93,7 @@ impl Holder {
 /// word's module scans the modules loaded below it.
 pub struct Categories<'p> {
     profile: &'p Profile,
-    holders: HashMap<u64, Holder>,
+    holders: WordMap<u64, Holder>,
 }
 
 impl<'p> Categories<'p> {
@@ -102,7 +101,7 @@ impl<'p> Categories<'p> {
     pub fn new(profile: &'p Profile) -> Self {
         Categories {
             profile,
-            holders: HashMap::new(),
+            holders: WordMap::default(),
         }
     }
 

@@ -59,6 +59,7 @@ mod python_arenas;
 mod python_code_names;
 mod python_codes;
 mod python_layout;
+mod python_native_cut;
 mod python_runtime;
 mod python_stack;
 mod python_stack_memo;

@@ -26,6 +26,7 @@ use crate::python_codes::read_u64;
 use crate::python_layout::{
     CurrentFrame, EntryMark, OBJECT_TYPE, OWNED_BY_CSTACK, OWNED_BY_GENERATOR,
 };
+use crate::python_native_cut::{KEEP_INNER, KEEP_OUTER};
 use crate::python_runtime::{self, PythonRuntime};
 use crate::python_stack_memo::MergeInputs;
 use crate::recorder::Recorder;
@@ -188,7 +189,10 @@ pub fn with_python_frames(
             group += 1;
             continue;
         }
-        let interpreter = runtime.in_interpreter(frame);
+        // The marker stands for interpreter frames the native stack was interned without
+        // (`python_native_cut`).
+        let interpreter =
+            frame == python::INTERPRETER_FRAMES_LEFT_OUT || runtime.in_interpreter(frame);
         if seen_python && interpreter {
             continue;
         }
@@ -215,15 +219,6 @@ pub fn with_python_frames(
     merged.truncate(outermost_python);
     remembered(guard, &inputs, recorder.intern(merged.as_slice()))
 }
-
-/// Return addresses kept at the inner end of a run of the interpreter's frames below the
-/// innermost Python frame: the allocating function and its caller (`list_resize` under
-/// `PyList_Append`, the compiler's `compiler_next_instr` under the `compiler_addop…` that
-/// grew its code).
-const KEEP_INNER: usize = 2;
-/// Return addresses kept at the outer end of such a run: the C function the Python line
-/// called (`builtin_compile`) and the one it called.
-const KEEP_OUTER: usize = 2;
 
 /// Puts the `INTERPRETER_FRAMES_LEFT_OUT` marker in place of the middle of the run of the
 /// interpreter's return addresses from `start` to the end of `merged`, keeping

@@ -11,7 +11,9 @@ use crate::profile_file::{self, clock_ns, Identity, ProfileFile};
 use crate::stack_table::StackTable;
 use crate::thread_state::Guard;
 use crate::unwind::Caller;
-use crate::{accounting, lifecycle, own_stack, python_runtime, python_stack, unwind};
+use crate::{
+    accounting, lifecycle, own_stack, python_native_cut, python_runtime, python_stack, unwind,
+};
 
 pub struct Recorder {
     pub file: ProfileFile,
@@ -67,8 +69,14 @@ impl Recorder {
 
     /// [`stack_of`](Self::stack_of)'s work, on whichever stack it runs.
     fn capture(&self, guard: &Guard, caller: Caller) -> u32 {
-        let intern = |frames: &[u64]| self.intern(frames);
-        let native = unwind::caller_stack(guard, caller, self.config.max_depth(), &intern);
+        let depth = self.config.max_depth();
+        let intern = |frames: &[u64]| match python_runtime::runtime() {
+            Some(runtime) => {
+                python_native_cut::interned_cut(runtime, frames, depth, |kept| self.intern(kept))
+            }
+            None => self.intern(frames),
+        };
+        let native = unwind::caller_stack(guard, caller, depth, &intern);
         if caller.marker == 0 && python_runtime::runtime().is_none() {
             return native;
         }

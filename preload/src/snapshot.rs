@@ -76,9 +76,11 @@ impl Snapshot {
         (self.own.0..self.own.1).contains(&address)
     }
 
-    pub fn knows(&self, address: u64) -> bool {
+    /// The address range of the module holding `address`, if a known module does.
+    pub fn range_of(&self, address: u64) -> Option<(u64, u64)> {
         let after = self.ranges.partition_point(|&(start, _)| start <= address);
-        after > 0 && address < self.ranges[after - 1].1
+        let range = *self.ranges.get(after.checked_sub(1)?)?;
+        (address < range.1).then_some(range)
     }
 }
 

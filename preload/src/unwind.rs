@@ -257,6 +257,9 @@ fn unwind_fully(
     } = state;
     current.clear(snapshot_id);
     let mut saw_unknown = false;
+    // The module of the last level: a stack's neighbouring frames mostly share one, which
+    // then costs no search of the module list.
+    let mut last_module = (0, 0);
     let mut cursor = 0;
     loop {
         let level = Level {
@@ -282,7 +285,12 @@ fn unwind_fully(
             break;
         }
         current.push_level(level);
-        saw_unknown |= !snapshot.knows(level.ip);
+        if !(last_module.0..last_module.1).contains(&level.ip) {
+            match snapshot.range_of(level.ip) {
+                Some(range) => last_module = range,
+                None => saw_unknown = true,
+            }
+        }
         if runs_python(level.ip) {
             // The thread's Python frames say the rest (python_stack): the native frames
             // above the innermost evaluation loop are the interpreter's, left out anyway.

@@ -6,11 +6,12 @@
 //! the lines.
 
 use std::cmp::Ordering;
-use std::collections::HashMap;
+
 use std::io::{self, Write};
 
 use super::folded::{counts_as_leaked, process_label, sanitize, Measure};
 use super::json::Report;
+use crate::word_map::WordMap;
 
 /// inferno's narrowest frame drawn, in percent of the graph's width
 /// (`inferno::flamegraph::Options::min_width`'s default).
@@ -45,7 +46,7 @@ impl<'r> Collapsed<'r> {
     /// The lines of every stack of `report`.
     pub fn new(report: &'r Report) -> Self {
         let mut labels = Vec::new();
-        let mut index: HashMap<String, u32> = HashMap::new();
+        let mut index: WordMap<String, u32> = WordMap::default();
         let mut intern = |label: String| {
             *index.entry(label).or_insert_with_key(|label| {
                 labels.push(label.clone());

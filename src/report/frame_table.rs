@@ -4,8 +4,6 @@
 //! them by index (report.json's `frames`, since format 5).
 
 use std::collections::hash_map::Entry;
-use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
 use std::ops::Range;
 use std::sync::{Mutex, PoisonError};
 
@@ -16,6 +14,7 @@ use super::json::{unknown_stack_frame, FrameReport};
 use crate::profile::Profile;
 use crate::python::{module_of_word, Holder};
 use crate::symbolize::{Frame, FrameKind, Symbolizer};
+pub(crate) use crate::word_map::WordMap;
 
 /// A frame symbolized but not (yet) in the table.
 const NOT_SHOWN: u32 = u32::MAX;
@@ -28,36 +27,6 @@ pub(crate) enum Lookup {
     /// The address of an instruction itself (a crash's faulting instruction).
     Instruction,
 }
-
-/// A hash of frame words, which are well spread already: cheaper than the default hash.
-#[derive(Default)]
-pub(crate) struct WordHasher(u64);
-
-impl Hasher for WordHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    /// Eight bytes at a time: a slice of words (a `Vec<u64>` key) reaches the hasher as
-    /// its bytes, and one round per byte made hashing most of the call-site keys' time.
-    fn write(&mut self, bytes: &[u8]) {
-        let mut words = bytes.chunks_exact(8);
-        for word in &mut words {
-            let mut eight = [0u8; 8];
-            eight.copy_from_slice(word);
-            self.write_u64(u64::from_le_bytes(eight));
-        }
-        for &byte in words.remainder() {
-            self.write_u64(u64::from(byte));
-        }
-    }
-
-    fn write_u64(&mut self, n: u64) {
-        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
-    }
-}
-
-pub(crate) type WordMap<K, V> = HashMap<K, V, BuildHasherDefault<WordHasher>>;
 
 /// What a process's frame table knows of one frame word.
 #[derive(Default)]
@@ -90,7 +59,7 @@ pub(crate) struct FrameTable<'a> {
     /// The table index of each frame shown. Pool frames of different words can be the
     /// same frame: a Python line runs many instructions, each its own frame word, and a
     /// module compiled again gives the same lines new code objects.
-    indices: HashMap<FrameReport, u32>,
+    indices: WordMap<FrameReport, u32>,
 }
 
 impl<'a> FrameTable<'a> {
@@ -105,7 +74,7 @@ impl<'a> FrameTable<'a> {
             instructions: WordMap::default(),
             shown: Vec::new(),
             table: Vec::new(),
-            indices: HashMap::new(),
+            indices: WordMap::default(),
         }
     }
 
@@ -283,20 +252,6 @@ mod tests {
         assert_eq!(frames.len(), 2);
         assert_eq!(frames[0].label(), "a.py:3 (f)");
         assert_eq!(frames[1].label(), "a.py:4 (f)");
-    }
-
-    #[test]
-    fn a_slice_of_words_hashes_a_word_at_a_time() {
-        let words = [1u64, 0xdead_beef, 3];
-        let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
-        let mut by_bytes = WordHasher::default();
-        by_bytes.write(&bytes);
-        let mut by_words = WordHasher::default();
-        words.iter().for_each(|&w| by_words.write_u64(w));
-        assert_eq!(by_bytes.finish(), by_words.finish());
-        let mut odd = WordHasher::default();
-        odd.write(&bytes[..9]);
-        assert_ne!(odd.finish(), by_words.finish());
     }
 
     #[test]

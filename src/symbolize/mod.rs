@@ -26,6 +26,7 @@ use module::{Location, ModuleFiles, ModuleSymbols};
 use serde::{Deserialize, Serialize};
 
 use crate::profile::{Module, Profile};
+use crate::word_map::WordMap;
 
 /// The symbolizer moves from the look-ahead thread to the report.
 const _: fn() = || {
@@ -81,9 +82,9 @@ pub struct Symbolizer {
     modules: Vec<ModuleEntry>,
     /// Whether each module's failure to load was warned about.
     warned: Vec<bool>,
-    cache: HashMap<(usize, u64), Box<[Location]>>,
+    cache: WordMap<(usize, u64), Box<[Location]>>,
     /// Python frames by process image (pid, start time) and frame word.
-    python_cache: HashMap<(u32, u64, u64), Frame>,
+    python_cache: WordMap<(u32, u64, u64), Frame>,
     warnings: Vec<String>,
     /// Where results are kept across runs, if anywhere.
     disk_dir: Option<PathBuf>,
