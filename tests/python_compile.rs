@@ -102,7 +102,36 @@ fn the_middle_of_the_interpreters_recursion_is_left_out() {
              ({outer_ends:?}): {about}"
         );
     }
+
+    // AND the profile itself holds no stack of the interpreter's return addresses alone as
+    // deep as the walk's limit: the native stacks were stored cut, not only the merged
+    // ones. (Start-up stacks, recorded before Python runs, are stored whole: they end at
+    // the program's entry, short of the limit.)
+    let loaded = memwarden::profile::load_dir(&run.dir).expect("the run's profiles");
+    let profile = loaded
+        .profiles
+        .iter()
+        .find(|p| p.pid == process.pid)
+        .expect("the script's profile");
+    let in_interpreter = |word: u64| {
+        profile.module_at(word.wrapping_sub(1)).is_some_and(|m| {
+            let name = m.path.rsplit('/').next().unwrap_or(&m.path);
+            name.starts_with("libpython") || name.starts_with("python")
+        })
+    };
+    let whole_recursions = profile
+        .stacks
+        .iter()
+        .filter(|s| s.frames.len() >= MAX_DEPTH && s.frames.iter().all(|&w| in_interpreter(w)))
+        .count();
+    assert_eq!(
+        whole_recursions, 0,
+        "stacks stored whole: {whole_recursions}"
+    );
 }
+
+/// The native walk's default depth limit.
+const MAX_DEPTH: usize = 64;
 
 /// A stack's frames, one per line, for failure messages.
 fn shape(stack: &PyStack) -> String {
