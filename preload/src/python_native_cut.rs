@@ -97,26 +97,34 @@ pub fn interned_cut(
         |frame| runtime.in_interpreter(frame),
         || runs_python(runtime),
     );
-    if cut == Cut::Whole {
-        return intern(frames);
+    match cut {
+        Cut::Whole => intern(frames),
+        Cut::Ends { outer_from } => interned_joined(
+            &frames[..KEEP_INNER],
+            Some(INTERPRETER_FRAMES_LEFT_OUT),
+            &frames[outer_from..],
+            intern,
+        ),
+        Cut::Gap { end, eval } => interned_joined(&frames[..end], None, &frames[eval..], intern),
     }
+}
+
+/// The id `intern` gives `inner`, then `marker` (if any), then `outer`. A walk holds at
+/// most `MAX_LEVELS` frames, and a cut only takes frames out, so they always fit.
+fn interned_joined(
+    inner: &[u64],
+    marker: Option<u64>,
+    outer: &[u64],
+    intern: impl Fn(&[u64]) -> u32,
+) -> u32 {
     let mut kept = [0u64; MAX_LEVELS + 1];
-    let len = match cut {
-        Cut::Whole => frames.len(),
-        Cut::Ends { outer_from } => {
-            let outer = &frames[outer_from..];
-            kept[..KEEP_INNER].copy_from_slice(&frames[..KEEP_INNER]);
-            kept[KEEP_INNER] = INTERPRETER_FRAMES_LEFT_OUT;
-            kept[KEEP_INNER + 1..KEEP_INNER + 1 + outer.len()].copy_from_slice(outer);
-            KEEP_INNER + 1 + outer.len()
+    let mut len = 0;
+    for &word in inner.iter().chain(marker.iter()).chain(outer) {
+        if let Some(slot) = kept.get_mut(len) {
+            *slot = word;
+            len += 1;
         }
-        Cut::Gap { end, eval } => {
-            let outer = &frames[eval..];
-            kept[..end].copy_from_slice(&frames[..end]);
-            kept[end..end + outer.len()].copy_from_slice(outer);
-            end + outer.len()
-        }
-    };
+    }
     intern(&kept[..len])
 }
 
@@ -175,6 +183,27 @@ mod tests {
         assert_eq!(cut(&frames, 64, true), Cut::Gap { end: 4, eval: 6 });
         // Nothing of the interpreter between the extension and the loop: nothing to cut.
         assert_eq!(cut(&[100, 200, EVAL], 64, true), Cut::Whole);
+    }
+
+    #[test]
+    fn the_kept_parts_are_interned_joined_around_the_marker() {
+        let joined = |inner: &[u64], marker, outer: &[u64]| {
+            let seen = core::cell::RefCell::new(Vec::new());
+            interned_joined(inner, marker, outer, |kept| {
+                seen.borrow_mut().extend_from_slice(kept);
+                7
+            });
+            seen.into_inner()
+        };
+        let left_out = INTERPRETER_FRAMES_LEFT_OUT;
+        assert_eq!(
+            joined(&[1, 2], Some(left_out), &[5, 6, EVAL]),
+            [1, 2, left_out, 5, 6, EVAL]
+        );
+        assert_eq!(joined(&[1, 200], None, &[EVAL]), [1, 200, EVAL]);
+        // Never more than a walk holds, whatever it is given.
+        let many = [1u64; MAX_LEVELS + 10];
+        assert_eq!(joined(&many, Some(left_out), &many).len(), MAX_LEVELS + 1);
     }
 
     #[test]

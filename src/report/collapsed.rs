@@ -6,7 +6,6 @@
 //! the lines.
 
 use std::cmp::Ordering;
-
 use std::io::{self, Write};
 
 use super::folded::{counts_as_leaked, process_label, sanitize, Measure};

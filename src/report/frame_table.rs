@@ -14,7 +14,7 @@ use super::json::{unknown_stack_frame, FrameReport};
 use crate::profile::Profile;
 use crate::python::{module_of_word, Holder};
 use crate::symbolize::{Frame, FrameKind, Symbolizer};
-pub(crate) use crate::word_map::WordMap;
+use crate::word_map::WordMap;
 
 /// A frame symbolized but not (yet) in the table.
 const NOT_SHOWN: u32 = u32::MAX;

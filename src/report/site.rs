@@ -6,9 +6,9 @@
 use memwarden_abi::python::{self, FrameWord};
 use memwarden_abi::UNKNOWN_STACK_ID;
 
-use super::frame_table::WordMap;
 use crate::analysis::StackFigures;
 use crate::profile::{Module, Profile};
+use crate::word_map::WordMap;
 
 /// The `site` of each of `stacks` (of `profile`), in order: none for the unknown stack, nor
 /// for a stack without return addresses (pymalloc's arenas), which no call site makes.

@@ -12,11 +12,12 @@ use std::time::Duration;
 
 use memwarden_abi::python::{self, FrameWord};
 
-use super::frame_table::{Lookup, WordMap};
+use super::frame_table::Lookup;
 use super::frames::{is_entry, symbolize_shown, Symbolize};
 use crate::profile::{module_at, profile_paths, LiveProfile, Module};
 use crate::python::Holder;
 use crate::symbolize::Symbolizer;
+use crate::word_map::WordMap;
 
 /// How long to wait between looks at the output folder once a look found nothing new.
 pub const LOOK_INTERVAL: Duration = Duration::from_millis(50);
