@@ -226,6 +226,9 @@ pub fn with_python_frames(
 /// interpreter's parser and compiler recurse as deep as the source they read: kept whole,
 /// their frames make a distinct stack of nearly every allocation under `compile()` or an
 /// import from source, each as long as the recursion, which the Python line says better.
+/// A native stack interned since Python was found arrives cut already
+/// (`python_native_cut`, the same rule), and this leaves it as it is; it cuts those
+/// interned before, which the walk's memo can still hand out.
 fn leave_out_middle(merged: &mut Merged, start: usize, keep_outer: usize) {
     let run = merged.len.saturating_sub(start);
     if run > KEEP_INNER + keep_outer + 1 {
