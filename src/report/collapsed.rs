@@ -8,14 +8,12 @@
 use std::cmp::Ordering;
 use std::io::{self, Write};
 
+use super::flamegraph::MIN_WIDTH_PERCENT;
 use super::folded::{counts_as_leaked, process_label, sanitize, Measure};
 use super::json::Report;
 use crate::word_map::WordMap;
 
-/// inferno's narrowest frame drawn, in percent of the graph's width
-/// (`inferno::flamegraph::Options::min_width`'s default).
-const INFERNO_MIN_WIDTH_PERCENT: f64 = 0.01;
-/// Frames narrower than this share of inferno's minimum are cut off. Below one, so that a
+/// Frames narrower than this share of the narrowest frame drawn are cut off. Below one, so that a
 /// frame at the edge is left for inferno to decide.
 const CUT_SHARE_OF_MIN_WIDTH: f64 = 0.5;
 
@@ -169,7 +167,7 @@ impl<'r> Collapsed<'r> {
             counted.retain(|&(_, count)| count > 0);
         }
         let total: u64 = counted.iter().map(|&(_, count)| count).sum();
-        let narrow = INFERNO_MIN_WIDTH_PERCENT / (100.0 / total as f64) * CUT_SHARE_OF_MIN_WIDTH;
+        let narrow = MIN_WIDTH_PERCENT / (100.0 / total as f64) * CUT_SHARE_OF_MIN_WIDTH;
         let kept = kept_depths(&counted, |width| (width as f64) < narrow);
         // The lines under a frame cut off all become the same line, and they are
         // consecutive: merged first, they leave a tenth as many lines to sort (the lines

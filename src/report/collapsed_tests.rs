@@ -146,8 +146,8 @@ fn flame_lines_keep_every_drawn_frame_and_the_total() {
         cut,
         "pid 3: prog;main 3\npid 3: prog;main;mid 2100\npid 3: prog;main;mid;big 1000000\n"
     );
-    // Every frame inferno draws (at least 0.01% of the total) is as wide as before.
-    let min = total(&full) / 10_000 + 1;
+    // Every frame drawn (at least MIN_WIDTH_PERCENT of the total) is as wide as before.
+    let min = (total(&full) as f64 * MIN_WIDTH_PERCENT / 100.0) as u64 + 1;
     assert_eq!(drawn(&cut, min), drawn(&full, min));
 }
 

@@ -13,7 +13,7 @@ use super::frames::frame_flags;
 use super::json::{unknown_stack_frame, FrameReport};
 use crate::profile::Profile;
 use crate::python::{module_of_word, Holder};
-use crate::symbolize::{Frame, FrameKind, Symbolizer};
+use crate::symbolize::{python_frame, Frame, FrameKind, PythonLines, Symbolizer};
 use crate::word_map::WordMap;
 
 /// A frame symbolized but not (yet) in the table.
@@ -52,6 +52,11 @@ pub(crate) struct FrameTable<'a> {
     words: WordMap<u64, Known>,
     /// The pool range of each word looked up as an instruction (a crash's first frame).
     instructions: WordMap<u64, Range<u32>>,
+    /// The lines of the process's Python frame words.
+    python_lines: PythonLines,
+    /// The pool range of each Python frame (code record, line) symbolized: a line runs
+    /// many instructions, each its own frame word, and these share one pool frame.
+    python_frames: WordMap<(u32, Option<u32>), Range<u32>>,
     /// The table index of each pool frame, or [`NOT_SHOWN`].
     shown: Vec<u32>,
     /// The table: the frames shown, each once.
@@ -72,6 +77,8 @@ impl<'a> FrameTable<'a> {
             flags: Vec::new(),
             words: WordMap::default(),
             instructions: WordMap::default(),
+            python_lines: PythonLines::default(),
+            python_frames: WordMap::default(),
             shown: Vec::new(),
             table: Vec::new(),
             indices: WordMap::default(),
@@ -99,6 +106,7 @@ impl<'a> FrameTable<'a> {
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
         };
+        let mut python_line = None;
         let frames = match python::decode(word) {
             FrameWord::Marker(python::PYMALLOC_ARENAS) => vec![crate::symbolize::arenas_frame()],
             FrameWord::Marker(python::INTERPRETER_FRAMES_LEFT_OUT) => {
@@ -109,7 +117,15 @@ impl<'a> FrameTable<'a> {
                 code,
                 value,
                 line_resolved,
-            } => vec![symbolizer().python_frame(profile, code, value, line_resolved)],
+            } => {
+                let line = self.python_lines.line(profile, code, value, line_resolved);
+                if let Some(range) = self.python_frames.get(&(code, line)).cloned() {
+                    self.remember(word, how, range.clone());
+                    return range;
+                }
+                python_line = Some((code, line));
+                vec![python_frame(profile, code, line)]
+            }
             FrameWord::Native(address) => match how {
                 Lookup::Return => symbolizer().frames(profile, address),
                 Lookup::Instruction => symbolizer().instruction_frames(profile, address),
@@ -121,13 +137,21 @@ impl<'a> FrameTable<'a> {
         self.flags.extend(frames.iter().map(frame_flags));
         self.pool.extend(frames);
         let range = start..self.pool.len() as u32;
+        if let Some(code_line) = python_line {
+            self.python_frames.insert(code_line, range.clone());
+        }
+        self.remember(word, how, range.clone());
+        range
+    }
+
+    /// Keeps the pool range of `word` looked up as `how`.
+    fn remember(&mut self, word: u64, how: Lookup, range: Range<u32>) {
         match how {
-            Lookup::Return => self.words.entry(word).or_default().returned = Some(range.clone()),
+            Lookup::Return => self.words.entry(word).or_default().returned = Some(range),
             Lookup::Instruction => {
-                self.instructions.insert(word, range.clone());
+                self.instructions.insert(word, range);
             }
         }
-        range
     }
 
     /// The [`frame_flags`] of the frame at pool index `index`.
@@ -252,6 +276,37 @@ mod tests {
         assert_eq!(frames.len(), 2);
         assert_eq!(frames[0].label(), "a.py:3 (f)");
         assert_eq!(frames[1].label(), "a.py:4 (f)");
+    }
+
+    #[test]
+    fn instructions_of_one_line_share_one_pool_frame() {
+        // GIVEN a code object whose unit 0 runs line 5 and units 1–2 line 7.
+        let table = vec![0x80 | (10 << 3), 0, 0, 0x80 | (12 << 3) | 1, 0, 0];
+        let profile = ProfileBuilder::new(1)
+            .python_code(SyntheticCode {
+                line_table: table,
+                first_line: 5,
+                ..code()
+            })
+            .stack(&[python_frame(0, 1, false)], stack_record())
+            .build_profile();
+        let symbolizer = Mutex::new(Symbolizer::new());
+        let mut table = FrameTable::new(&profile, &symbolizer);
+        // WHEN the words of units 1 and 2 (line 7), 0 (line 5) and line 7 resolved are
+        // looked up.
+        let unit1 = table.lookup(python_frame(0, 1, false), Lookup::Return);
+        let unit2 = table.lookup(python_frame(0, 2, false), Lookup::Return);
+        let unit0 = table.lookup(python_frame(0, 0, false), Lookup::Return);
+        let resolved = table.lookup(python_frame(0, 7, true), Lookup::Return);
+        // THEN each line is one frame of the pool, whatever word it came from.
+        assert_eq!(unit1, unit2);
+        assert_eq!(unit1, resolved);
+        assert_ne!(unit0, unit1);
+        assert_eq!(table.pool.len(), 2);
+        assert_eq!(table.show(&[unit0.start, unit1.start]), [0, 1]);
+        let frames = table.into_frames();
+        assert_eq!(frames[0].label(), "a.py:5 (f)");
+        assert_eq!(frames[1].label(), "a.py:7 (f)");
     }
 
     #[test]

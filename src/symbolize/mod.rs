@@ -16,6 +16,7 @@ mod python;
 pub use python::{
     arenas_frame, left_out_frame, INTERPRETER_FRAMES_LEFT_OUT_LABEL, PYMALLOC_ARENAS_LABEL,
 };
+pub(crate) use python::{python_frame, PythonLines};
 pub mod python_lines;
 mod symbol_table;
 
@@ -83,8 +84,6 @@ pub struct Symbolizer {
     /// Whether each module's failure to load was warned about.
     warned: Vec<bool>,
     cache: WordMap<(usize, u64), Box<[Location]>>,
-    /// Python frames by process image (pid, start time) and frame word.
-    python_cache: WordMap<(u32, u64, u64), Frame>,
     warnings: Vec<String>,
     /// Where results are kept across runs, if anywhere.
     disk_dir: Option<PathBuf>,
@@ -269,22 +268,6 @@ impl Symbolizer {
                 kind: FrameKind::Native,
             })
             .collect()
-    }
-
-    /// The frame of a Python frame word of `profile` (code record `code`; `value` is the
-    /// instruction offset in code units, or the line when `line_resolved`).
-    pub fn python_frame(
-        &mut self,
-        profile: &Profile,
-        code: u32,
-        value: u32,
-        line_resolved: bool,
-    ) -> Frame {
-        let word = memwarden_abi::python::python_frame(code, value, line_resolved);
-        self.python_cache
-            .entry((profile.pid, profile.start_monotonic_ns, word))
-            .or_insert_with(|| python::python_frame(profile, code, value, line_resolved))
-            .clone()
     }
 
     /// One line per module whose symbols could not be loaded, saying why.

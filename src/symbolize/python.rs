@@ -4,33 +4,52 @@
 
 use memwarden_abi::python::line_table;
 
-use super::python_lines::line_at;
+use super::python_lines::LineIndex;
 use super::{Frame, FrameKind};
 use crate::profile::Profile;
+use crate::word_map::WordMap;
 
-/// The frame of a Python frame word of `profile`: code record `code`, and `value`, the
-/// instruction offset in code units, or the line itself when `line_resolved`. A code
-/// record not published shows as a Python frame with no function and no file.
-pub(crate) fn python_frame(profile: &Profile, code: u32, value: u32, line_resolved: bool) -> Frame {
-    let Some(record) = profile.python_code(code) else {
-        return Frame {
-            function: None,
-            file: None,
-            line: line_resolved.then_some(value),
-            module: None,
-            address: 0,
-            inlined: false,
-            kind: FrameKind::Python,
-        };
-    };
-    let line = match (line_resolved, record.line_table_kind) {
-        (true, _) => Some(value),
-        (false, line_table::LOCATIONS_311) => line_at(&record.line_table, record.first_line, value),
-        (false, _) => None,
-    };
+/// The lines of one process's Python frame words, each code record's line table decoded
+/// once (`LineIndex`), the first time one of its instructions is asked for.
+#[derive(Default)]
+pub(crate) struct PythonLines {
+    decoded: WordMap<u32, LineIndex>,
+}
+
+impl PythonLines {
+    /// The line of a Python frame word of `profile`: code record `code`, and `value`, the
+    /// instruction offset in code units, or the line itself when `line_resolved`. `None`
+    /// for an instruction without a line, or a code record not published or without a
+    /// table this reader decodes.
+    pub(crate) fn line(
+        &mut self,
+        profile: &Profile,
+        code: u32,
+        value: u32,
+        line_resolved: bool,
+    ) -> Option<u32> {
+        if line_resolved {
+            return Some(value);
+        }
+        let record = profile.python_code(code)?;
+        if record.line_table_kind != line_table::LOCATIONS_311 {
+            return None;
+        }
+        self.decoded
+            .entry(code)
+            .or_insert_with(|| LineIndex::new(&record.line_table, record.first_line))
+            .line_at(value)
+    }
+}
+
+/// The frame of code record `code` of `profile` at `line`: the code's file and qualified
+/// function name. A code record not published shows as a Python frame with no function
+/// and no file.
+pub(crate) fn python_frame(profile: &Profile, code: u32, line: Option<u32>) -> Frame {
+    let record = profile.python_code(code);
     Frame {
-        function: Some(record.qualname.clone()),
-        file: Some(record.filename.clone()),
+        function: record.map(|r| r.qualname.clone()),
+        file: record.map(|r| r.filename.clone()),
         line,
         module: None,
         address: 0,
@@ -107,10 +126,16 @@ mod tests {
         (frame.function.as_deref(), frame.file.as_deref(), frame.line)
     }
 
+    /// The frame of a frame word's parts, as the report's frame table makes it.
+    fn frame_of(profile: &Profile, code: u32, value: u32, line_resolved: bool) -> Frame {
+        let line = PythonLines::default().line(profile, code, value, line_resolved);
+        python_frame(profile, code, line)
+    }
+
     #[test]
     fn offsets_become_lines_through_the_line_table() {
         let profile = profile();
-        let frame = python_frame(&profile, 0, 0, false);
+        let frame = frame_of(&profile, 0, 0, false);
         assert_eq!(
             summary(&frame),
             (Some("Maker.make"), Some("/work/script.py"), Some(5))
@@ -119,22 +144,22 @@ mod tests {
             (frame.kind, frame.module.as_deref()),
             (FrameKind::Python, None)
         );
-        assert_eq!(python_frame(&profile, 0, 2, false).line, Some(7));
-        assert_eq!(python_frame(&profile, 0, 3, false).line, None);
+        assert_eq!(frame_of(&profile, 0, 2, false).line, Some(7));
+        assert_eq!(frame_of(&profile, 0, 3, false).line, None);
     }
 
     #[test]
     fn resolved_lines_are_kept_and_codes_without_tables_have_no_line() {
         let profile = profile();
-        assert_eq!(python_frame(&profile, 0, 42, true).line, Some(42));
-        assert_eq!(python_frame(&profile, 1, 3, true).line, Some(3));
-        assert_eq!(python_frame(&profile, 1, 3, false).line, None);
+        assert_eq!(frame_of(&profile, 0, 42, true).line, Some(42));
+        assert_eq!(frame_of(&profile, 1, 3, true).line, Some(3));
+        assert_eq!(frame_of(&profile, 1, 3, false).line, None);
     }
 
     #[test]
     fn unpublished_codes_are_unknown_python_frames() {
         let profile = profile();
-        let frame = python_frame(&profile, 2, 0, false);
+        let frame = frame_of(&profile, 2, 0, false);
         assert_eq!(summary(&frame), (None, None, None));
         assert_eq!(frame.kind, FrameKind::Python);
     }

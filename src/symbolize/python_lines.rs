@@ -21,15 +21,57 @@
 /// line is `first_line` and whose location table is `table`; `None` when the table gives
 /// that instruction no line (code 15), does not reach it, or is malformed.
 pub fn line_at(table: &[u8], first_line: i32, offset: u32) -> Option<u32> {
+    entries(table, first_line)
+        .find(|entry| u64::from(offset) < entry.end)
+        .and_then(|entry| entry.line)
+}
+
+/// A code object's location table decoded once, so that the line of each of its
+/// instructions is a binary search rather than a walk of the table from its start: a
+/// module's top-level code runs to thousands of entries, and the report asks for the
+/// line of each instruction a stack was recorded at.
+#[derive(Debug, Default)]
+pub struct LineIndex {
+    /// One past the last code unit of each entry, increasing.
+    ends: Vec<u64>,
+    /// The line of each entry's instructions.
+    lines: Vec<Option<u32>>,
+}
+
+impl LineIndex {
+    /// Every entry of `table` up to its end or to where it is malformed.
+    pub fn new(table: &[u8], first_line: i32) -> LineIndex {
+        let (ends, lines) = entries(table, first_line)
+            .map(|entry| (entry.end, entry.line))
+            .unzip();
+        LineIndex { ends, lines }
+    }
+
+    /// What [`line_at`] gives for `offset` on the table this index was made from.
+    pub fn line_at(&self, offset: u32) -> Option<u32> {
+        let entry = self.ends.partition_point(|&end| end <= u64::from(offset));
+        self.lines.get(entry).copied().flatten()
+    }
+}
+
+/// One entry of a location table: the code units it covers end at `end`, and run `line`.
+struct Entry {
+    end: u64,
+    line: Option<u32>,
+}
+
+/// The entries of `table` in order, up to its end or to the first malformed one (the
+/// running line overflowing too).
+fn entries(table: &[u8], first_line: i32) -> impl Iterator<Item = Entry> + '_ {
     let mut reader = Reader { table, at: 0 };
     let mut line = i64::from(first_line);
-    let mut start = 0u64;
-    while let Some(first) = reader.byte() {
+    let mut end = 0u64;
+    std::iter::from_fn(move || {
+        let first = reader.byte()?;
         if first & 0x80 == 0 {
             return None;
         }
         let code = (first >> 3) & 0x0f;
-        let length = u64::from(first & 0x07) + 1;
         let has_line = match code {
             0..=9 => {
                 reader.byte()?;
@@ -54,17 +96,16 @@ pub fn line_at(table: &[u8], first_line: i32, offset: u32) -> Option<u32> {
             }
             _ => false,
         };
-        let end = start + length;
-        if u64::from(offset) < end {
-            return if has_line {
+        end += u64::from(first & 0x07) + 1;
+        Some(Entry {
+            end,
+            line: if has_line {
                 u32::try_from(line).ok()
             } else {
                 None
-            };
-        }
-        start = end;
-    }
-    None
+            },
+        })
+    })
 }
 
 /// A cursor over the table's bytes.
@@ -308,6 +349,26 @@ mod tests {
                 proptest::prop_assert_eq!(line_at(&table, first_line, offset), expected);
             }
             proptest::prop_assert_eq!(line_at(&table, first_line, lines.len() as u32), None);
+        }
+
+        #[test]
+        fn the_index_gives_what_a_walk_of_the_table_gives(
+            table in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..64),
+            entries in proptest::collection::vec(entry(), 0..40),
+            first_line in -3i32..100_000,
+            offsets in proptest::collection::vec(0u32..400, 1..20),
+        ) {
+            // Well-formed tables, and any bytes (malformed ones, mostly).
+            let (encoded, _) = encode(&entries, i64::from(first_line));
+            for bytes in [&encoded, &table] {
+                let index = LineIndex::new(bytes, first_line);
+                for &offset in offsets.iter().chain(&[u32::MAX]) {
+                    proptest::prop_assert_eq!(
+                        index.line_at(offset),
+                        line_at(bytes, first_line, offset)
+                    );
+                }
+            }
         }
 
         #[test]
