@@ -3,7 +3,7 @@
 //! once, in the order they are first shown, and stacks, failures, crashes and errors name
 //! them by index (report.json's `frames`, since format 5).
 
-use std::collections::hash_map::Entry;
+use std::hash::{BuildHasher, BuildHasherDefault};
 use std::ops::Range;
 use std::sync::{Mutex, PoisonError};
 
@@ -14,7 +14,7 @@ use super::json::{unknown_stack_frame, FrameReport};
 use crate::profile::Profile;
 use crate::python::{module_of_word, Holder};
 use crate::symbolize::{python_frame, Frame, FrameKind, PythonLines, Symbolizer};
-use crate::word_map::WordMap;
+use crate::word_map::{WordHasher, WordMap};
 
 /// A frame symbolized but not (yet) in the table.
 const NOT_SHOWN: u32 = u32::MAX;
@@ -61,10 +61,57 @@ pub(crate) struct FrameTable<'a> {
     shown: Vec<u32>,
     /// The table: the frames shown, each once.
     table: Vec<FrameReport>,
-    /// The table index of each frame shown. Pool frames of different words can be the
-    /// same frame: a Python line runs many instructions, each its own frame word, and a
-    /// module compiled again gives the same lines new code objects.
-    indices: WordMap<FrameReport, u32>,
+    /// The address of each table frame (native frames), as a number.
+    table_addresses: Vec<Option<u64>>,
+    /// The last table frame entered of each hash of a [`SameFrame`]; `same_hash` chains
+    /// each to the one entered before it with that hash. Pool frames of different words
+    /// can be the same frame (a module compiled again gives the same lines new code
+    /// objects), and they are found without copying the pool frame to compare it.
+    by_hash: WordMap<u64, u32>,
+    same_hash: Vec<u32>,
+}
+
+/// What makes two frames of the table the same, borrowed from a pool frame or a table
+/// frame.
+#[derive(Hash, PartialEq)]
+struct SameFrame<'f> {
+    kind: FrameKind,
+    function: Option<&'f str>,
+    file: Option<&'f str>,
+    line: Option<u32>,
+    module: Option<&'f str>,
+    address: Option<u64>,
+    inlined: bool,
+}
+
+impl<'f> SameFrame<'f> {
+    fn of_pool(f: &'f Frame) -> Self {
+        SameFrame {
+            kind: f.kind,
+            function: f.function.as_deref(),
+            file: f.file.as_deref(),
+            line: f.line,
+            module: f.module.as_deref(),
+            address: (f.kind == FrameKind::Native).then_some(f.address),
+            inlined: f.inlined,
+        }
+    }
+
+    fn of_table(f: &'f FrameReport, address: Option<u64>) -> Self {
+        SameFrame {
+            kind: f.kind,
+            function: f.function.as_deref(),
+            file: f.file.as_deref(),
+            line: f.line,
+            module: f.module.as_deref(),
+            address,
+            inlined: f.inlined,
+        }
+    }
+
+    fn hash(&self) -> u64 {
+        BuildHasherDefault::<WordHasher>::default().hash_one(self)
+    }
 }
 
 impl<'a> FrameTable<'a> {
@@ -81,7 +128,9 @@ impl<'a> FrameTable<'a> {
             python_frames: WordMap::default(),
             shown: Vec::new(),
             table: Vec::new(),
-            indices: WordMap::default(),
+            table_addresses: Vec::new(),
+            by_hash: WordMap::default(),
+            same_hash: Vec::new(),
         }
     }
 
@@ -177,7 +226,16 @@ impl<'a> FrameTable<'a> {
                 if slot != NOT_SHOWN {
                     return slot;
                 }
-                let slot = self.enter(report_frame(&self.pool[index as usize]));
+                let frame = &self.pool[index as usize];
+                let key = SameFrame::of_pool(frame);
+                let (hash, address) = (key.hash(), key.address);
+                let slot = match self.find(hash, &key) {
+                    Some(slot) => slot,
+                    None => {
+                        let report = report_frame(frame);
+                        self.enter(hash, report, address)
+                    }
+                };
                 self.shown[index as usize] = slot;
                 slot
             })
@@ -186,20 +244,37 @@ impl<'a> FrameTable<'a> {
 
     /// The table index of the single frame of the unknown stack.
     pub(crate) fn unknown_stack(&mut self) -> u32 {
-        self.enter(unknown_stack_frame())
+        let frame = unknown_stack_frame();
+        let key = SameFrame::of_table(&frame, None);
+        let hash = key.hash();
+        if let Some(slot) = self.find(hash, &key) {
+            return slot;
+        }
+        self.enter(hash, frame, None)
     }
 
-    /// The table index of `frame`, entered at the table's end if new.
-    fn enter(&mut self, frame: FrameReport) -> u32 {
-        let next = self.table.len() as u32;
-        match self.indices.entry(frame) {
-            Entry::Occupied(known) => *known.get(),
-            Entry::Vacant(new) => {
-                self.table.push(new.key().clone());
-                new.insert(next);
-                next
+    /// The table index of the frame `key`, whose hash is `hash`, if it is in the table.
+    fn find(&self, hash: u64, key: &SameFrame) -> Option<u32> {
+        let mut at = self.by_hash.get(&hash).copied().unwrap_or(NOT_SHOWN);
+        while at != NOT_SHOWN {
+            let entered = &self.table[at as usize];
+            if SameFrame::of_table(entered, self.table_addresses[at as usize]) == *key {
+                return Some(at);
             }
+            at = self.same_hash[at as usize];
         }
+        None
+    }
+
+    /// Enters `frame` (not in the table; its [`SameFrame`] hash `hash`, its address
+    /// `address`) at the table's end; its index.
+    fn enter(&mut self, hash: u64, frame: FrameReport, address: Option<u64>) -> u32 {
+        let next = self.table.len() as u32;
+        let before = self.by_hash.insert(hash, next).unwrap_or(NOT_SHOWN);
+        self.same_hash.push(before);
+        self.table.push(frame);
+        self.table_addresses.push(address);
+        next
     }
 
     /// The frame at table index `index` (one `show` or `unknown_stack` gave).
