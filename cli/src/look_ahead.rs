@@ -1,14 +1,15 @@
 //! `memwarden run`, while the target runs: a thread at the lowest scheduling priority that
-//! symbolizes the stacks already recorded (`memwarden::report::warm`), so the report after
-//! the run starts with its debug information loaded. It only takes CPU time the target
-//! leaves idle; if it cannot start, the report simply does all the work itself.
+//! works on the stacks already recorded (`memwarden::report::warm`: symbolizes their words
+//! and picks the frames each shows), so the report after the run finds most of that done.
+//! It only takes CPU time the target leaves idle; if it cannot start, the report simply
+//! does all the work itself.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use memwarden::report::warm::{symbolize_ahead, LOOK_INTERVAL};
+use memwarden::report::warm::{symbolize_ahead, Ahead, LOOK_INTERVAL};
 use memwarden::symbolize::Symbolizer;
 
 /// The lowest priority (highest nice value) on Linux.
@@ -18,7 +19,7 @@ const LOWEST_PRIORITY: libc::c_int = 19;
 pub struct LookAhead {
     stop: Arc<AtomicBool>,
     symbol_cache: Option<PathBuf>,
-    thread: JoinHandle<Symbolizer>,
+    thread: JoinHandle<(Symbolizer, Ahead)>,
 }
 
 impl LookAhead {
@@ -44,14 +45,18 @@ impl LookAhead {
         })
     }
 
-    /// Stops the thread (at its next stack) and returns what it symbolized; a fresh
-    /// symbolizer, with the same cache folder, if the thread failed.
-    pub fn finish(self) -> Symbolizer {
+    /// Stops the thread (at its next stack) and returns its symbolizer and what it made
+    /// of the stacks; a fresh symbolizer, with the same cache folder, and nothing made, if
+    /// the thread failed.
+    pub fn finish(self) -> (Symbolizer, Ahead) {
         self.stop.store(true, Ordering::Relaxed);
         self.thread.thread().unpark();
-        self.thread
-            .join()
-            .unwrap_or_else(|_| Symbolizer::with_disk_cache(self.symbol_cache))
+        self.thread.join().unwrap_or_else(|_| {
+            (
+                Symbolizer::with_disk_cache(self.symbol_cache),
+                Ahead::default(),
+            )
+        })
     }
 }
 

@@ -20,7 +20,14 @@ pub fn report(args: &ReportArgs, colour: bool) -> Result<(), memwarden::Error> {
     };
     let loaded = memwarden::profile::load_dir(&args.dir)?;
     let mut symbolizer = Symbolizer::with_disk_cache(options.symbol_cache.clone());
-    let done = memwarden::report::generate_loaded(&args.dir, &loaded, &options, &mut symbolizer)?;
+    let nothing_ahead = memwarden::report::warm::Ahead::default();
+    let done = memwarden::report::generate_loaded(
+        &args.dir,
+        &loaded,
+        &options,
+        &mut symbolizer,
+        nothing_ahead,
+    )?;
     // A closed stdout (`| head`) is not an error of the report.
     let _ = std::io::stdout().write_all(done.summary.as_bytes());
     crate::leave_to_exit((loaded, symbolizer, done));

@@ -1,5 +1,5 @@
 //! `memwarden run`: checks the target, starts it with the preload in its environment,
-//! symbolizes its stacks as they appear (`look_ahead`), reaps it and every orphaned
+//! works on its stacks as they appear (`look_ahead`), reaps it and every orphaned
 //! descendant as a subreaper, records their statuses in `run.json`, then hands the output
 //! folder to the report stage while the profiles are compacted; with `--error-exitcode`, a
 //! heap error the report found decides the exit status.
@@ -12,6 +12,7 @@ use std::process::Command;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use memwarden::profile::OutputDir;
+use memwarden::report::warm::Ahead;
 use memwarden::report::Generated;
 use memwarden::run_record::{RunRecord, RUN_RECORD_FILE};
 use memwarden::symbolize::Symbolizer;
@@ -132,9 +133,12 @@ pub fn run(args: &RunArgs, colour: bool) -> Result<i32, String> {
     reap_all(root, &mut record.exits);
     relaying.stop();
     // Stopped before the profiles are compacted: it reads them.
-    let mut symbolizer = match look_ahead {
+    let (mut symbolizer, ahead) = match look_ahead {
         Some(look_ahead) => look_ahead.finish(),
-        None => Symbolizer::with_disk_cache(symbol_cache.clone()),
+        None => (
+            Symbolizer::with_disk_cache(symbol_cache.clone()),
+            Ahead::default(),
+        ),
     };
 
     record.complete = true;
@@ -159,7 +163,7 @@ pub fn run(args: &RunArgs, colour: bool) -> Result<i32, String> {
             leak_gate: gate,
             symbol_cache,
         };
-        render_report(&out_dir, &loaded, &mut symbolizer, &options)
+        render_report(&out_dir, &loaded, &mut symbolizer, ahead, &options)
     });
     let found = match &rendered {
         Some((found, _)) => *found,
@@ -199,20 +203,22 @@ struct Found {
 }
 
 /// Prints the summary of the report on the profiles `loaded` from `out_dir`, symbolized
-/// with `symbolizer` (the look-ahead's); returns whether any process of the run recorded a
+/// with `symbolizer` and taking up what the look-ahead made of the stacks (`ahead`);
+/// returns whether any process of the run recorded a
 /// heap error and whether the leak gate fails the run, with the report, or `None` when
 /// there is no report.
 fn render_report(
     out_dir: &Path,
     loaded: &Result<OutputDir, memwarden::Error>,
     symbolizer: &mut Symbolizer,
+    ahead: Ahead,
     options: &memwarden::report::Options,
 ) -> Option<(Found, Generated)> {
     let generated = loaded
         .as_ref()
         .map_err(|e| e.to_string())
         .and_then(|loaded| {
-            memwarden::report::generate_loaded(out_dir, loaded, options, symbolizer)
+            memwarden::report::generate_loaded(out_dir, loaded, options, symbolizer, ahead)
                 .map_err(|e| e.to_string())
         });
     match generated {

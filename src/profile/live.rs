@@ -1,6 +1,6 @@
 //! The store, read while the run goes on: what a running process has published so far in
-//! its profile file (its modules, and the stacks it made since the last look), so that
-//! symbols can be loaded ahead of the report.
+//! its profile file (its modules, its Python code records, and the stacks it made since
+//! the last look), so that the report's work on them can be done ahead of it.
 //!
 //! The file is being written as it is read. Only records whose `published` flag is set are
 //! used, and a stack seen unpublished is looked at again next time. Whatever a racing
@@ -12,12 +12,14 @@ use std::io;
 use std::ops::Range;
 use std::path::Path;
 
+use memwarden_abi::python::CodeRecord;
 use memwarden_abi::{Header, StackRecord, HEADER_SIZE, UNKNOWN_STACK_ID};
 
 use super::header::check_header;
 use super::plain::{read_plain, read_u64};
+use super::python::parse_code;
 use super::reader::{parse_modules, read_region, Source};
-use super::Module;
+use super::{Module, PythonCode};
 
 /// A profile file being written by a running process.
 pub struct LiveProfile {
@@ -36,6 +38,12 @@ pub struct LiveProfile {
     stack_count: u64,
     /// The process had recorded its end at the last look.
     ended: bool,
+    /// The process's pid and start time, once a header was read.
+    identity: Option<(u32, u64)>,
+    /// Its Python code records by index, as last read (`None`: not published then).
+    codes: Vec<Option<PythonCode>>,
+    /// The first code record not read published: read again at the next look.
+    codes_settled: u64,
 }
 
 /// Looks given to a stack found unpublished. A record that lost a race to link its stack
@@ -54,6 +62,9 @@ impl LiveProfile {
             unpublished: Vec::new(),
             stack_count: 0,
             ended: false,
+            identity: None,
+            codes: Vec::new(),
+            codes_settled: 0,
         })
     }
 
@@ -67,20 +78,33 @@ impl LiveProfile {
         &self.modules
     }
 
-    /// The frame words (innermost first) of up to `limit` stacks published since the last
-    /// call, the modules refreshed first. Empty when nothing is new or the file cannot be
-    /// read consistently at the moment.
-    pub fn new_stacks(&mut self, limit: usize) -> Vec<Vec<u64>> {
+    /// The process's pid and start time (`start_monotonic_ns`), once a header was read.
+    pub fn identity(&self) -> Option<(u32, u64)> {
+        self.identity
+    }
+
+    /// Python code record `code`, if it was published at the last
+    /// [`LiveProfile::new_stacks`].
+    pub fn python_code(&self, code: u32) -> Option<&PythonCode> {
+        self.codes.get(code as usize)?.as_ref()
+    }
+
+    /// The ids and frame words (innermost first) of up to `limit` stacks published since
+    /// the last call, the modules and code records refreshed first. Empty when nothing is
+    /// new or the file cannot be read consistently at the moment.
+    pub fn new_stacks(&mut self, limit: usize) -> Vec<(u32, Vec<u64>)> {
         let Some(header) = self.header() else {
             return Vec::new();
         };
+        self.identity = Some((header.pid, header.start_monotonic_ns));
         self.refresh_modules(&header);
+        self.refresh_codes(&header);
         self.stack_count = header.stack_count;
         self.ended = header.end_time_ns != 0;
         let retried = std::mem::take(&mut self.unpublished);
-        let mut stacks: Vec<Vec<u64>> = retried
+        let mut stacks: Vec<(u32, Vec<u64>)> = retried
             .into_iter()
-            .filter_map(|(id, looks)| self.stack(&header, id, looks + 1))
+            .filter_map(|(id, looks)| Some((id as u32, self.stack(&header, id, looks + 1)?)))
             .collect();
         let first = self.next_stack;
         let count = header.stack_count.saturating_sub(first);
@@ -104,7 +128,7 @@ impl LiveProfile {
                 }
                 None => self.read_words(&header, record),
             };
-            stacks.extend(words);
+            stacks.extend(words.map(|words| (id as u32, words)));
         }
         stacks
     }
@@ -133,6 +157,58 @@ impl LiveProfile {
             self.modules_read = header.module_count;
             self.modules = modules;
         }
+    }
+
+    /// Reads the code records added since the last look, and those then unpublished.
+    fn refresh_codes(&mut self, header: &Header) {
+        let first = self.codes_settled.min(self.codes.len() as u64);
+        if first >= header.code_count {
+            return;
+        }
+        let l = header.layout;
+        let Ok(bytes) = read_region(
+            &self.file,
+            l.code_offset(first),
+            l.code_offset(header.code_count),
+        ) else {
+            return;
+        };
+        let records: Vec<CodeRecord> = bytes
+            .chunks_exact(size_of::<CodeRecord>())
+            .filter_map(|chunk| read_plain::<CodeRecord>(chunk, 0))
+            .collect();
+        let spans = records
+            .iter()
+            .filter(|r| r.published != 0)
+            .flat_map(|r| [r.filename, r.name, r.qualname, r.line_table])
+            .map(|span| {
+                (
+                    u64::from(span.start),
+                    u64::from(span.start) + u64::from(span.len),
+                )
+            });
+        let blob_start = spans.clone().map(|(start, _)| start).min().unwrap_or(0);
+        let blob_end = spans.map(|(_, end)| end).max().unwrap_or(0);
+        if blob_end > header.blob_used {
+            return; // a torn read: the next look reads them again
+        }
+        let Ok(blob) = read_region(
+            &self.file,
+            l.blob_offset + blob_start,
+            l.blob_offset + blob_end,
+        ) else {
+            return;
+        };
+        self.codes.truncate(first as usize);
+        let mut settled = None;
+        for (index, record) in (first..).zip(&records) {
+            let code = parse_code(record, index, &blob, blob_start).ok().flatten();
+            if code.is_none() && settled.is_none() {
+                settled = Some(index);
+            }
+            self.codes.push(code);
+        }
+        self.codes_settled = settled.unwrap_or(first + records.len() as u64);
     }
 
     /// The stack records of the ids `ids`, read at once.
@@ -210,7 +286,7 @@ fn words_in(words: &Range<u64>, span: &Range<u64>, bytes: &[u8]) -> Option<Vec<u
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::profile::synthetic::{stack_record, ProfileBuilder, SyntheticModule};
+    use crate::profile::synthetic::{stack_record, ProfileBuilder, SyntheticCode, SyntheticModule};
 
     fn write(path: &Path, builder: &ProfileBuilder) {
         std::fs::write(path, builder.build()).unwrap();
@@ -229,7 +305,7 @@ mod tests {
         write(&path, &builder);
 
         let mut live = LiveProfile::open(&path).unwrap();
-        assert_eq!(live.new_stacks(100), [vec![0x1010, 0x1020]]);
+        assert_eq!(live.new_stacks(100), [(1, vec![0x1010, 0x1020])]);
         assert_eq!(live.modules().len(), 1);
         assert_eq!(live.modules()[0].path, "/lib/a.so");
         assert!(
@@ -243,9 +319,54 @@ mod tests {
         write(&path, &builder);
         assert_eq!(
             live.new_stacks(100),
-            [vec![0x1030], vec![0x1040, 0x1050, 0x1060]]
+            [(2, vec![0x1030]), (3, vec![0x1040, 0x1050, 0x1060])]
         );
         assert!(live.new_stacks(100).is_empty());
+    }
+
+    #[test]
+    fn code_records_are_read_once_published() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("6.mwp");
+        let code = |name: &str| SyntheticCode {
+            filename: format!("/w/{name}.py"),
+            name: name.into(),
+            qualname: format!("C.{name}"),
+            first_line: 3,
+            line_table: vec![0x80, 0],
+        };
+        let mut builder = ProfileBuilder::new(6)
+            .python_code(code("a"))
+            .python_code(code("b"))
+            .stack(&[1], stack_record());
+        builder.codes[1].published = 0;
+        write(&path, &builder);
+        let mut live = LiveProfile::open(&path).unwrap();
+        assert_eq!(live.identity(), None, "no header read yet");
+        live.new_stacks(10);
+        assert_eq!(
+            live.identity(),
+            Some((6, builder.header.start_monotonic_ns))
+        );
+        let a = live.python_code(0).expect("published");
+        assert_eq!(
+            (a.filename.as_str(), a.qualname.as_str()),
+            ("/w/a.py", "C.a")
+        );
+        assert_eq!(
+            (a.first_line, a.line_table.as_slice()),
+            (3, [0x80, 0].as_slice())
+        );
+        assert!(live.python_code(1).is_none(), "unpublished");
+
+        // The writer publishes the second and adds a third.
+        builder.codes[1].published = 1;
+        let builder = builder.python_code(code("c"));
+        write(&path, &builder);
+        live.new_stacks(10);
+        assert_eq!(live.python_code(1).map(|c| c.name.as_str()), Some("b"));
+        assert_eq!(live.python_code(2).map(|c| c.name.as_str()), Some("c"));
+        assert!(live.python_code(3).is_none(), "no such record");
     }
 
     #[test]
@@ -259,8 +380,11 @@ mod tests {
         write(&path, &builder);
         let mut live = LiveProfile::open(&path).unwrap();
         // The first batch spends one of its ids on the reserved unknown stack.
-        assert_eq!(live.new_stacks(3), [vec![1], vec![2]]);
-        assert_eq!(live.new_stacks(3), [vec![3], vec![4], vec![5]]);
+        assert_eq!(live.new_stacks(3), [(1, vec![1]), (2, vec![2])]);
+        assert_eq!(
+            live.new_stacks(3),
+            [(3, vec![3]), (4, vec![4]), (5, vec![5])]
+        );
         assert!(live.new_stacks(3).is_empty());
     }
 
@@ -323,6 +447,6 @@ mod tests {
         bytes[offset + frames_start..offset + frames_start + 8]
             .copy_from_slice(&1000u64.to_le_bytes());
         std::fs::write(&path, bytes).unwrap();
-        assert_eq!(live.new_stacks(10), [vec![7]]);
+        assert_eq!(live.new_stacks(10), [(1, vec![7])]);
     }
 }

@@ -50,49 +50,66 @@ pub(crate) fn parse_codes(
     blob: &[u8],
     header: &Header,
 ) -> Result<Vec<Option<PythonCode>>, ProfileError> {
-    let mut codes = Vec::new();
-    for index in 0..header.code_count {
-        let bad = |what: String| ProfileError::Code { index, what };
-        let at = usize::try_from(index)
-            .ok()
-            .and_then(|i| i.checked_mul(size_of::<CodeRecord>()));
-        let record = at
-            .and_then(|at| read_plain::<CodeRecord>(records, at))
-            .ok_or_else(|| bad("short record".into()))?;
-        if record.published == 0 {
-            codes.push(None);
-            continue;
-        }
-        if !matches!(
-            record.line_table_kind,
-            line_table::NONE | line_table::LOCATIONS_311
-        ) {
-            return Err(bad(format!(
-                "unknown line_table_kind {}",
-                record.line_table_kind
-            )));
-        }
-        let bytes = |what: &str, span: BlobSpan| {
-            let end = u64::from(span.start) + u64::from(span.len);
-            blob.get(span.start as usize..end as usize).ok_or_else(|| {
+    (0..header.code_count)
+        .map(|index| {
+            let at = usize::try_from(index)
+                .ok()
+                .and_then(|i| i.checked_mul(size_of::<CodeRecord>()));
+            let record = at
+                .and_then(|at| read_plain::<CodeRecord>(records, at))
+                .ok_or_else(|| ProfileError::Code {
+                    index,
+                    what: "short record".into(),
+                })?;
+            parse_code(&record, index, blob, 0)
+        })
+        .collect()
+}
+
+/// Code record number `index`, with its texts and line table out of `blob`, the bytes of
+/// the blob area from offset `blob_start` on; `None` while it is not published.
+pub(crate) fn parse_code(
+    record: &CodeRecord,
+    index: u64,
+    blob: &[u8],
+    blob_start: u64,
+) -> Result<Option<PythonCode>, ProfileError> {
+    let bad = |what: String| ProfileError::Code { index, what };
+    if record.published == 0 {
+        return Ok(None);
+    }
+    if !matches!(
+        record.line_table_kind,
+        line_table::NONE | line_table::LOCATIONS_311
+    ) {
+        return Err(bad(format!(
+            "unknown line_table_kind {}",
+            record.line_table_kind
+        )));
+    }
+    let bytes = |what: &str, span: BlobSpan| {
+        let end = u64::from(span.start) + u64::from(span.len);
+        let local = |offset: u64| usize::try_from(offset.checked_sub(blob_start)?).ok();
+        local(u64::from(span.start))
+            .zip(local(end))
+            .and_then(|(from, to)| blob.get(from..to))
+            .ok_or_else(|| {
                 bad(format!(
                     "{what} at blob bytes {}..{end}, past the {} bytes in use",
                     span.start,
-                    blob.len()
+                    blob_start + blob.len() as u64
                 ))
             })
-        };
-        let text = |what, span| bytes(what, span).map(|b| String::from_utf8_lossy(b).into_owned());
-        codes.push(Some(PythonCode {
-            filename: text("filename", record.filename)?,
-            name: text("name", record.name)?,
-            qualname: text("qualname", record.qualname)?,
-            first_line: record.first_line,
-            line_table_kind: record.line_table_kind,
-            line_table: bytes("line table", record.line_table)?.to_vec(),
-        }));
-    }
-    Ok(codes)
+    };
+    let text = |what, span| bytes(what, span).map(|b| String::from_utf8_lossy(b).into_owned());
+    Ok(Some(PythonCode {
+        filename: text("filename", record.filename)?,
+        name: text("name", record.name)?,
+        qualname: text("qualname", record.qualname)?,
+        first_line: record.first_line,
+        line_table_kind: record.line_table_kind,
+        line_table: bytes("line table", record.line_table)?.to_vec(),
+    }))
 }
 
 /// Checks that every Python frame of `stacks` names a code record below `code_count`.

@@ -326,7 +326,12 @@ fn read_and_report(bytes: &[u8], other: &Profile) {
     for profiles in [&profiles[..1], &profiles[..]] {
         let processes = analyze(profiles, &BTreeMap::new());
         let command = profiles[0].argv.clone();
-        let mut report = json::build(command, &processes, &mut Symbolizer::new());
+        let mut report = json::build(
+            command,
+            &processes,
+            &mut Symbolizer::new(),
+            Default::default(),
+        );
         let options = Options::default();
         options.leak_gate.mark_suppressed(&mut report);
         let _ = options.leak_gate.verdict(&report);
@@ -447,7 +452,12 @@ fn figures_that_add_up_past_u64_max_saturate() {
     assert_eq!(totals.frees, u64::MAX);
     assert_eq!(processes[0].not_freed_bytes, u64::MAX);
     assert_eq!(processes[0].numpy.peak_bytes, u64::MAX);
-    let report = json::build(vec![], &processes, &mut Symbolizer::new());
+    let report = json::build(
+        vec![],
+        &processes,
+        &mut Symbolizer::new(),
+        Default::default(),
+    );
     let verdict = Options::default().leak_gate.verdict(&report);
     assert_eq!((verdict.bytes, verdict.blocks), (u64::MAX, u64::MAX));
     let dir = tempfile::tempdir().unwrap();

@@ -7,57 +7,26 @@ use std::hash::{BuildHasher, BuildHasherDefault};
 use std::ops::Range;
 use std::sync::{Mutex, PoisonError};
 
-use memwarden_abi::python::{self, FrameWord};
-
-use super::frames::frame_flags;
+use super::frame_pool::{FramePool, Lookup};
+use super::frames::Pooled;
 use super::json::{unknown_stack_frame, FrameReport};
-use crate::profile::Profile;
-use crate::python::{module_of_word, Holder};
-use crate::symbolize::{python_frame, Frame, FrameKind, PythonLines, Symbolizer};
+use crate::profile::{Module, Profile};
+use crate::python::Holder;
+use crate::symbolize::{Frame, FrameKind, Symbolizer};
 use crate::word_map::{WordHasher, WordMap};
 
 /// A frame symbolized but not (yet) in the table.
 const NOT_SHOWN: u32 = u32::MAX;
-
-/// How a frame word is looked up.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub(crate) enum Lookup {
-    /// A return address (the byte before it is looked up) or a Python frame word.
-    Return,
-    /// The address of an instruction itself (a crash's faulting instruction).
-    Instruction,
-}
-
-/// What a process's frame table knows of one frame word.
-#[derive(Default)]
-struct Known {
-    /// What holds its code, once asked.
-    holder: Option<Holder>,
-    /// The pool range of its frames as a return address, once looked up.
-    returned: Option<Range<u32>>,
-}
 
 /// The frames of one process: those symbolized (the pool) and those shown (the table).
 pub(crate) struct FrameTable<'a> {
     profile: &'a Profile,
     /// Shared with the tables of the run's other processes, built at the same time.
     symbolizer: &'a Mutex<Symbolizer>,
-    /// Every frame symbolized so far, shown or not, each word's inline levels together.
-    pool: Vec<Frame>,
-    /// The flags of each pool frame ([`frame_flags`]).
-    flags: Vec<u8>,
-    /// What is known of each word looked up as a return address or asked the holder of:
-    /// one map, so a stack's word costs one probe of it (and a second into the same
-    /// cache line), not probes of two maps.
-    words: WordMap<u64, Known>,
-    /// The pool range of each word looked up as an instruction (a crash's first frame).
-    instructions: WordMap<u64, Range<u32>>,
-    /// The lines of the process's Python frame words.
-    python_lines: PythonLines,
-    /// The pool range of each Python frame (code record, line) symbolized: a line runs
-    /// many instructions, each its own frame word, and these share one pool frame.
-    python_frames: WordMap<(u32, Option<u32>), Range<u32>>,
-    /// The table index of each pool frame, or [`NOT_SHOWN`].
+    /// Every frame symbolized so far, shown or not.
+    pool: FramePool,
+    /// The table index of each pool frame, or [`NOT_SHOWN`] (none yet for the frames
+    /// symbolized since the last `show`).
     shown: Vec<u32>,
     /// The table: the frames shown, each once.
     table: Vec<FrameReport>,
@@ -117,15 +86,36 @@ impl<'f> SameFrame<'f> {
 impl<'a> FrameTable<'a> {
     /// An empty table for `profile`'s frames.
     pub(crate) fn new(profile: &'a Profile, symbolizer: &'a Mutex<Symbolizer>) -> Self {
+        Self::with_pool(profile, symbolizer, FramePool::default())
+    }
+
+    /// An empty table for `profile`'s frames, whose pool starts as `pool`, made by the
+    /// look-ahead from the same process: the modules its words were symbolized in count
+    /// as the report's (for the warnings about modules without symbols).
+    pub(crate) fn taking_up(
+        profile: &'a Profile,
+        symbolizer: &'a Mutex<Symbolizer>,
+        pool: FramePool,
+    ) -> Self {
+        let mut modules: Vec<&Module> = pool
+            .returned_natives()
+            .filter_map(|address| profile.module_at(address.wrapping_sub(1)))
+            .collect();
+        modules.sort_unstable_by_key(|module| (module.start, module.loaded_ns));
+        modules.dedup_by_key(|module| (module.start, module.loaded_ns));
+        let mut symbolizer_now = symbolizer.lock().unwrap_or_else(PoisonError::into_inner);
+        modules
+            .into_iter()
+            .for_each(|module| symbolizer_now.note_report_use(module));
+        drop(symbolizer_now);
+        Self::with_pool(profile, symbolizer, pool)
+    }
+
+    fn with_pool(profile: &'a Profile, symbolizer: &'a Mutex<Symbolizer>, pool: FramePool) -> Self {
         FrameTable {
             profile,
             symbolizer,
-            pool: Vec::new(),
-            flags: Vec::new(),
-            words: WordMap::default(),
-            instructions: WordMap::default(),
-            python_lines: PythonLines::default(),
-            python_frames: WordMap::default(),
+            pool,
             shown: Vec::new(),
             table: Vec::new(),
             table_addresses: Vec::new(),
@@ -138,95 +128,47 @@ impl<'a> FrameTable<'a> {
     pub(crate) fn profile(&self) -> &'a Profile {
         self.profile
     }
+}
 
+impl Pooled for FrameTable<'_> {
     /// The pool indices of `word`'s frames, innermost first (none for a marker word),
     /// symbolizing it the first time it is asked for.
-    pub(crate) fn lookup(&mut self, word: u64, how: Lookup) -> Range<u32> {
-        let known = match how {
-            Lookup::Return => self.words.get(&word).and_then(|k| k.returned.clone()),
-            Lookup::Instruction => self.instructions.get(&word).cloned(),
-        };
-        if let Some(range) = known {
-            return range;
-        }
-        let profile = self.profile;
-        let symbolizer = || {
-            self.symbolizer
+    fn lookup(&mut self, word: u64, how: Lookup) -> Range<u32> {
+        let symbolizer = self.symbolizer;
+        let mut native = |module: Option<&Module>, address: u64, call: u64| {
+            symbolizer
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
+                .frames_for(module, address, call)
         };
-        let mut python_line = None;
-        let frames = match python::decode(word) {
-            FrameWord::Marker(python::PYMALLOC_ARENAS) => vec![crate::symbolize::arenas_frame()],
-            FrameWord::Marker(python::INTERPRETER_FRAMES_LEFT_OUT) => {
-                vec![crate::symbolize::left_out_frame()]
-            }
-            FrameWord::Marker(_) => Vec::new(),
-            FrameWord::Python {
-                code,
-                value,
-                line_resolved,
-            } => {
-                let line = self.python_lines.line(profile, code, value, line_resolved);
-                if let Some(range) = self.python_frames.get(&(code, line)).cloned() {
-                    self.remember(word, how, range.clone());
-                    return range;
-                }
-                python_line = Some((code, line));
-                vec![python_frame(profile, code, line)]
-            }
-            FrameWord::Native(address) => match how {
-                Lookup::Return => symbolizer().frames(profile, address),
-                Lookup::Instruction => symbolizer().instruction_frames(profile, address),
-            },
-        };
-        let start = self.pool.len() as u32;
-        self.shown
-            .extend(std::iter::repeat_n(NOT_SHOWN, frames.len()));
-        self.flags.extend(frames.iter().map(frame_flags));
-        self.pool.extend(frames);
-        let range = start..self.pool.len() as u32;
-        if let Some(code_line) = python_line {
-            self.python_frames.insert(code_line, range.clone());
-        }
-        self.remember(word, how, range.clone());
-        range
+        self.pool.lookup(self.profile, &mut native, word, how)
     }
 
-    /// Keeps the pool range of `word` looked up as `how`.
-    fn remember(&mut self, word: u64, how: Lookup, range: Range<u32>) {
-        match how {
-            Lookup::Return => self.words.entry(word).or_default().returned = Some(range),
-            Lookup::Instruction => {
-                self.instructions.insert(word, range);
-            }
-        }
-    }
-
-    /// The [`frame_flags`] of the frame at pool index `index`.
-    pub(crate) fn flags(&self, index: u32) -> u8 {
-        self.flags[index as usize]
+    /// The [`frame_flags`](super::frames::frame_flags) of the frame at pool index `index`.
+    fn flags(&self, index: u32) -> u8 {
+        self.pool.flags(index)
     }
 
     /// What holds the code of frame `word`, without symbolizing it.
-    pub(crate) fn holder(&mut self, word: u64) -> Holder {
-        let profile = self.profile;
-        let known = self.words.entry(word).or_default();
-        *known
-            .holder
-            .get_or_insert_with(|| Holder::of(module_of_word(profile, word)))
+    fn holder(&mut self, word: u64) -> Holder {
+        self.pool.holder(self.profile, word)
     }
+}
 
+impl FrameTable<'_> {
     /// The table indices of the pool frames `pool` (in order), entering those not yet in
     /// the table.
     pub(crate) fn show(&mut self, pool: &[u32]) -> Vec<u32> {
+        if self.shown.len() < self.pool.len() {
+            self.shown.resize(self.pool.len(), NOT_SHOWN);
+        }
         pool.iter()
             .map(|&index| {
                 let slot = self.shown[index as usize];
                 if slot != NOT_SHOWN {
                     return slot;
                 }
-                let frame = &self.pool[index as usize];
+                let frame = self.pool.frame(index);
                 let key = SameFrame::of_pool(frame);
                 let (hash, address) = (key.hash(), key.address);
                 let slot = match self.find(hash, &key) {

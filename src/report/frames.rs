@@ -6,7 +6,10 @@
 
 use memwarden_abi::python::{self, FrameWord};
 
-use super::frame_table::{FrameTable, Lookup};
+use std::ops::Range;
+
+use super::frame_pool::Lookup;
+use super::frame_table::FrameTable;
 use super::json::file_name;
 use crate::python::Holder;
 use crate::symbolize::{Frame, FrameKind};
@@ -59,36 +62,45 @@ pub(crate) fn frame_flags(frame: &Frame) -> u8 {
 /// The frames of the frame words of one stack of the table's process, innermost first, as
 /// indices into the table.
 pub(crate) fn shown_frames(table: &mut FrameTable, words: &[u64]) -> Vec<u32> {
-    shown(table, words, false)
+    let kept = shown_pool(table, words, false);
+    table.show(&kept)
 }
 
 /// The frames of a crash stack: like [`shown_frames`], but `words[0]` is the faulting
 /// instruction's address, not a return address.
 pub(crate) fn shown_crash_frames(table: &mut FrameTable, words: &[u64]) -> Vec<u32> {
-    shown(table, words, true)
+    let kept = shown_pool(table, words, true);
+    table.show(&kept)
 }
 
 fn is_python(word: u64) -> bool {
     matches!(python::decode(word), FrameWord::Python { .. })
 }
 
-/// Where a stack's frames are symbolized: the report's frame table, or the look-ahead
-/// while the run goes on (`warm`). Both must pick the same words, so [`symbolize_shown`]
-/// picks them for both.
-pub(crate) trait Symbolize {
+/// A process's frame pool, as a stack's frames are picked from it: by the report's frame
+/// table, or by the look-ahead while the run goes on (`warm`), which must pick the same.
+pub(crate) trait Pooled {
     /// What holds the code of native frame word `word`.
     fn holder(&mut self, word: u64) -> Holder;
-    /// Symbolizes `word`; whether one of its frames is the program's `main`.
-    fn symbolize(&mut self, word: u64, how: Lookup) -> bool;
+    /// The pool indices of `word`'s frames, symbolizing it the first time.
+    fn lookup(&mut self, word: u64, how: Lookup) -> Range<u32>;
+    /// The [`frame_flags`] of pool frame `index`.
+    fn flags(&self, index: u32) -> u8;
 }
 
-/// Symbolizes, innermost first, the words of a stack whose frames may be shown.
-pub(crate) fn symbolize_shown(by: &mut impl Symbolize, words: &[u64], first_is_instruction: bool) {
+/// The pool frames a stack of words shows, innermost first: those of its words that may
+/// be shown, symbolized, then [`trim`]med.
+pub(crate) fn shown_pool(
+    pool: &mut impl Pooled,
+    words: &[u64],
+    first_is_instruction: bool,
+) -> Vec<u32> {
     let innermost_python = words.iter().position(|&w| is_python(w));
     // The outermost Python frame (the script's `<module>`, a thread's bootstrap) is the
     // root: outside it only the interpreter's start-up or a thread's start remain.
     let root = words.iter().rposition(|&w| is_python(w));
     let words = &words[..root.map_or(words.len(), |r| r + 1)];
+    let mut frames = Vec::with_capacity(words.len());
     // No further than `main`: the start-up code above it is cut anyway, and symbolizing it
     // would load libc's debug information for nothing.
     for (index, &word) in words.iter().enumerate() {
@@ -96,7 +108,7 @@ pub(crate) fn symbolize_shown(by: &mut impl Symbolize, words: &[u64], first_is_i
             // The profiler's own frames are left out unsymbolized: its library may have
             // been rebuilt since the run, and there is nothing to show anyway.
             let above_python = innermost_python.is_some_and(|innermost| index > innermost);
-            match by.holder(word) {
+            match pool.holder(word) {
                 Holder::Profiler => continue,
                 Holder::Interpreter if above_python => continue,
                 _ => {}
@@ -107,40 +119,14 @@ pub(crate) fn symbolize_shown(by: &mut impl Symbolize, words: &[u64], first_is_i
         } else {
             Lookup::Return
         };
-        if by.symbolize(word, how) {
+        let symbolized = pool.lookup(word, how);
+        let reached_entry = symbolized.clone().any(|i| pool.flags(i) & ENTRY != 0);
+        frames.extend(symbolized);
+        if reached_entry {
             break;
         }
     }
-}
-
-/// The report's side of [`Symbolize`]: the table's pool frames, in stack order.
-struct Collect<'t, 'a> {
-    table: &'t mut FrameTable<'a>,
-    frames: Vec<u32>,
-}
-
-impl Symbolize for Collect<'_, '_> {
-    fn holder(&mut self, word: u64) -> Holder {
-        self.table.holder(word)
-    }
-
-    fn symbolize(&mut self, word: u64, how: Lookup) -> bool {
-        let symbolized = self.table.lookup(word, how);
-        let reached_entry = symbolized.clone().any(|i| self.table.flags(i) & ENTRY != 0);
-        self.frames.extend(symbolized);
-        reached_entry
-    }
-}
-
-fn shown(table: &mut FrameTable, words: &[u64], first_is_instruction: bool) -> Vec<u32> {
-    let mut collect = Collect {
-        table,
-        frames: Vec::with_capacity(words.len()),
-    };
-    symbolize_shown(&mut collect, words, first_is_instruction);
-    let Collect { table, frames } = collect;
-    let kept = trim(frames, |&i| table.flags(i));
-    table.show(&kept)
+    trim(frames, |&i| pool.flags(i))
 }
 
 /// The program's own `main` (not an inlined copy, not a Python function): the outermost

@@ -10,6 +10,7 @@ use super::errors::ErrorReport;
 use super::failures::{CrashReport, FailureReport};
 use super::frame_table::FrameTable;
 use super::leaks::{LeakCheckReport, LeakReport, LeakSummary};
+use super::warm::{Ahead, ProcessAhead, Shown};
 use super::{errors, failures, frames, site};
 use crate::analysis::{ExitSource, Process, StackFigures, Totals};
 use crate::parallel::map_in_order;
@@ -242,10 +243,22 @@ pub fn file_name(path: &str) -> &str {
 }
 
 /// Builds the report of analysed `processes` of a run of `command`.
-pub fn build(command: Vec<String>, processes: &[Process], symbolizer: &mut Symbolizer) -> Report {
+pub fn build(
+    command: Vec<String>,
+    processes: &[Process],
+    symbolizer: &mut Symbolizer,
+    mut ahead: Ahead,
+) -> Report {
     // Lent to the processes' tables, built at the same time, and given back.
     let shared = Mutex::new(std::mem::take(symbolizer));
-    let processes = map_in_order(processes, |p| process(p, &shared));
+    let processes: Vec<(&Process, Mutex<Option<ProcessAhead>>)> = processes
+        .iter()
+        .map(|p| (p, Mutex::new(ahead.take(p.profile))))
+        .collect();
+    let processes = map_in_order(&processes, |(p, made)| {
+        let made = made.lock().unwrap_or_else(PoisonError::into_inner).take();
+        process(p, &shared, made)
+    });
     *symbolizer = shared.into_inner().unwrap_or_else(PoisonError::into_inner);
     Report {
         format_version: REPORT_FORMAT_VERSION,
@@ -259,15 +272,29 @@ pub(crate) fn ms(ns: u64) -> f64 {
     (ns / 1_000) as f64 / 1_000.0
 }
 
-fn process(p: &Process, symbolizer: &Mutex<Symbolizer>) -> ProcessReport {
+fn process(
+    p: &Process,
+    symbolizer: &Mutex<Symbolizer>,
+    made: Option<ProcessAhead>,
+) -> ProcessReport {
     let profile = p.profile;
     // Stacks first: the table lists frames in the order the stacks (by peak) first use them.
-    let mut table = FrameTable::new(profile, symbolizer);
+    let (mut table, shown_ahead) = match made {
+        Some(made) => (
+            FrameTable::taking_up(profile, symbolizer, made.pool),
+            made.shown,
+        ),
+        None => (FrameTable::new(profile, symbolizer), Shown::default()),
+    };
     let stacks: Vec<StackReport> = std::thread::scope(|scope| {
         // The site keys hash every frame byte by byte (about 90 ms for 77,000 stacks of 40
         // frames): done on another core while the frames are shown.
         let sites = scope.spawn(|| site::site_keys(profile, &p.stacks));
-        let stacks: Vec<StackReport> = p.stacks.iter().map(|s| stack(s, &mut table)).collect();
+        let stacks: Vec<StackReport> = p
+            .stacks
+            .iter()
+            .map(|s| stack(s, &mut table, shown_ahead.of(s.stack.id)))
+            .collect();
         stacks
             .into_iter()
             .zip(super::joined(sites))
@@ -346,10 +373,13 @@ pub(crate) fn unknown_stack_frame() -> FrameReport {
     }
 }
 
-/// The report of stack `s`, its `site` left for [`site::site_keys`].
-fn stack(s: &StackFigures, table: &mut FrameTable) -> StackReport {
+/// The report of stack `s`, its `site` left for [`site::site_keys`]; `ahead`, its pool
+/// frames if the look-ahead picked them.
+fn stack(s: &StackFigures, table: &mut FrameTable, ahead: Option<&[u32]>) -> StackReport {
     let frames = if s.stack.id == UNKNOWN_STACK_ID {
         vec![table.unknown_stack()]
+    } else if let Some(pool_frames) = ahead {
+        table.show(pool_frames)
     } else {
         frames::shown_frames(table, &s.stack.frames)
     };

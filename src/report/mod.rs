@@ -7,6 +7,7 @@ pub mod errors;
 pub mod failures;
 pub mod flamegraph;
 pub mod folded;
+mod frame_pool;
 mod frame_table;
 mod frames;
 pub mod json;
@@ -28,6 +29,7 @@ use crate::Error;
 use collapsed::Collapsed;
 use folded::Measure;
 use json::Report;
+use warm::Ahead;
 
 /// File name of the JSON report inside the output folder.
 pub const REPORT_FILE: &str = "report.json";
@@ -79,18 +81,26 @@ pub struct Generated {
 /// and returns the summary.
 pub fn generate(dir: &Path, options: &Options) -> Result<Generated, Error> {
     let mut symbolizer = Symbolizer::with_disk_cache(options.symbol_cache.clone());
-    generate_loaded(dir, &load_dir(dir)?, options, &mut symbolizer)
+    generate_loaded(
+        dir,
+        &load_dir(dir)?,
+        options,
+        &mut symbolizer,
+        Ahead::default(),
+    )
 }
 
 /// [`generate`], for the output folder `dir` loaded already (its profile files are not
-/// read again), with a symbolizer that may have symbols loaded already
-/// ([`warm::symbolize_ahead`]). Both stay the caller's: a caller about to exit may leave
-/// them to the kernel rather than free them (see `memwarden run`).
+/// read again), with a symbolizer that may have symbols loaded already and what the
+/// look-ahead made of the stacks ([`warm::symbolize_ahead`]; `Ahead::default()` for
+/// nothing). The folder and symbolizer stay the caller's: a caller about to exit may
+/// leave them to the kernel rather than free them (see `memwarden run`).
 pub fn generate_loaded(
     dir: &Path,
     loaded: &OutputDir,
     options: &Options,
     symbolizer: &mut Symbolizer,
+    ahead: Ahead,
 ) -> Result<Generated, Error> {
     let reaped = loaded
         .run
@@ -105,7 +115,7 @@ pub fn generate_loaded(
             .map(|p| p.profile.argv.clone())
             .unwrap_or_default(),
     };
-    let mut report = json::build(command, &processes, symbolizer);
+    let mut report = json::build(command, &processes, symbolizer, ahead);
     options.leak_gate.mark_suppressed(&mut report);
     let cache_writes = symbolizer.disk_cache_writes();
     let files = std::thread::scope(|scope| {

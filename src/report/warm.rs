@@ -1,23 +1,23 @@
-//! Report stage, run ahead of time: while the program runs, symbolizes the stacks its
-//! processes have published so far, so that the report after it exits finds the debug
-//! information loaded and most return addresses resolved. Meant for a thread of low
-//! priority, on a core the program leaves idle: loading DWARF is most of the report's
-//! time on a short run.
+//! Report stage, run ahead of time: while the program runs, builds each process's frame
+//! pool from the stacks it has published so far, and picks the frames each of those
+//! stacks shows (`frames::shown_pool`), so that the report after it exits finds the debug
+//! information loaded, the words symbolized and most stacks' frames picked. Meant for a
+//! thread of low priority, on a core the program leaves idle: this is most of the
+//! report's time on a profile of many stacks.
 
-use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, BTreeSet};
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use memwarden_abi::python::{self, FrameWord};
 
-use super::frame_table::Lookup;
-use super::frames::{is_entry, symbolize_shown, Symbolize};
-use crate::profile::{module_at, profile_paths, LiveProfile, Module};
+use super::frame_pool::{FramePool, Lookup};
+use super::frames::{shown_pool, Pooled};
+use crate::profile::{module_at, profile_paths, LiveProfile, Profile};
 use crate::python::Holder;
 use crate::symbolize::Symbolizer;
-use crate::word_map::WordMap;
 
 /// How long to wait between looks at the output folder once a look found nothing new.
 pub const LOOK_INTERVAL: Duration = Duration::from_millis(50);
@@ -30,16 +30,17 @@ const STACKS_PER_READ: usize = 4096;
 /// or for the report).
 const MAX_FILES: usize = 256;
 
-/// Symbolizes, with `symbolizer`, the stacks newly published in the profiles of output
-/// folder `dir`, looking again at once while there were new ones and after `interval` once
-/// there were none, until `stop` is set; returns the symbolizer, for the report. Whoever
-/// sets `stop` should unpark the calling thread, which otherwise sleeps out its interval.
+/// Works ahead, with `symbolizer`, on the stacks newly published in the profiles of
+/// output folder `dir`, looking again at once while there were new ones and after
+/// `interval` once there were none, until `stop` is set; returns the symbolizer and what
+/// was made of the stacks, for the report. Whoever sets `stop` should unpark the calling
+/// thread, which otherwise sleeps out its interval.
 pub fn symbolize_ahead(
     dir: &Path,
     symbolizer: Symbolizer,
     stop: &AtomicBool,
     interval: Duration,
-) -> Symbolizer {
+) -> (Symbolizer, Ahead) {
     let mut ahead = LookAhead::new(dir, symbolizer);
     while let Some(found) = ahead.look(stop) {
         match found {
@@ -48,13 +49,13 @@ pub fn symbolize_ahead(
             Found::NoProfileYet => std::thread::park_timeout(FIRST_LOOK_INTERVAL),
         }
     }
-    ahead.into_symbolizer()
+    ahead.into_parts()
 }
 
 /// What one look found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Found {
-    /// Stacks published since the last look (all symbolized now).
+    /// Stacks published since the last look (all worked on now).
     NewStacks,
     /// Profiles, but no new stack in them.
     Nothing,
@@ -62,13 +63,15 @@ pub enum Found {
     NoProfileYet,
 }
 
-/// The profiles of an output folder being written, and what was symbolized from them.
+/// The profiles of an output folder being written, and what was made of them.
 pub struct LookAhead {
     dir: PathBuf,
     /// The files followed.
     files: BTreeMap<PathBuf, Followed>,
     /// The files whose process ended and whose stacks were all read: not read again.
     finished: BTreeSet<PathBuf>,
+    /// What was made of the finished files' stacks.
+    done: Vec<ProcessAhead>,
     symbolizer: Symbolizer,
 }
 
@@ -79,19 +82,20 @@ impl LookAhead {
             dir: dir.to_owned(),
             files: BTreeMap::new(),
             finished: BTreeSet::new(),
+            done: Vec::new(),
             symbolizer,
         }
     }
 
-    /// One look: symbolizes every stack published since the last, and says what it found;
+    /// One look: works on every stack published since the last, and says what it found;
     /// `None` once `stop` is set (checked between stacks).
     pub fn look(&mut self, stop: &AtomicBool) -> Option<Found> {
         for path in profile_paths(&self.dir).unwrap_or_default() {
             let known = self.files.contains_key(&path) || self.finished.contains(&path);
             if self.files.len() < MAX_FILES && !known {
                 if let Ok(live) = LiveProfile::open(&path) {
-                    let warmed = WordMap::default();
-                    self.files.insert(path, Followed { live, warmed });
+                    let made = Made::default();
+                    self.files.insert(path, Followed { live, made });
                 }
             }
         }
@@ -106,38 +110,135 @@ impl LookAhead {
         } else {
             Found::Nothing
         };
-        let finished = &mut self.finished;
-        self.files.retain(|path, followed| {
-            let done = followed.live.is_finished();
-            if done {
-                finished.insert(path.clone());
+        for path in self.files.keys().cloned().collect::<Vec<_>>() {
+            if self.files[&path].live.is_finished() {
+                if let Some(followed) = self.files.remove(&path) {
+                    self.done.extend(followed.into_ahead());
+                }
+                self.finished.insert(path);
             }
-            !done
-        });
+        }
         (!stop.load(Ordering::Relaxed)).then_some(found)
     }
 
-    /// The symbolizer, caches filled.
-    pub fn into_symbolizer(self) -> Symbolizer {
-        self.symbolizer
+    /// The symbolizer, caches filled, and what was made of each process's stacks.
+    pub fn into_parts(self) -> (Symbolizer, Ahead) {
+        let mut processes = self.done;
+        processes.extend(self.files.into_values().filter_map(Followed::into_ahead));
+        (self.symbolizer, Ahead { processes })
     }
 }
 
-/// A profile file followed, and what was learnt of its frame words.
-struct Followed {
-    live: LiveProfile,
-    /// What was found of each native frame word seen (stacks share most of theirs).
-    warmed: WordMap<u64, Warmed>,
+/// What the look-ahead made of the run's processes, for the report to take up.
+#[derive(Default)]
+pub struct Ahead {
+    processes: Vec<ProcessAhead>,
 }
 
-/// Symbolizes the stacks `followed` published since the last look; how many there were,
-/// or `None` once `stop` is set.
+/// What the look-ahead made of one process's stacks: its frame pool, and the pool frames
+/// each stack shows, for the stacks all of whose words could be resolved while it ran.
+pub(crate) struct ProcessAhead {
+    /// The process's pid and start time.
+    identity: (u32, u64),
+    pub(crate) pool: FramePool,
+    pub(crate) shown: Shown,
+}
+
+/// The pool frames each stack shows: all in one vector (tens of thousands of small
+/// vectors cost more to free than to fill), found by stack id.
+#[derive(Default)]
+pub(crate) struct Shown {
+    /// Where each stack's frames start in `frames`, and how many there are, by stack id
+    /// ([`NOT_PICKED`] for a stack whose frames were not picked).
+    ranges: Vec<(u32, u32)>,
+    frames: Vec<u32>,
+}
+
+/// The range of a stack whose frames were not picked.
+const NOT_PICKED: (u32, u32) = (u32::MAX, 0);
+
+impl Shown {
+    fn insert(&mut self, id: u32, frames: &[u32]) {
+        let id = id as usize;
+        if self.ranges.len() <= id {
+            self.ranges.resize(id + 1, NOT_PICKED);
+        }
+        self.ranges[id] = (self.frames.len() as u32, frames.len() as u32);
+        self.frames.extend_from_slice(frames);
+    }
+
+    /// The pool frames stack `id` shows, if they were picked.
+    pub(crate) fn of(&self, id: u32) -> Option<&[u32]> {
+        match self.ranges.get(id as usize) {
+            Some(&(start, len)) if (start, len) != NOT_PICKED => {
+                self.frames.get(start as usize..(start + len) as usize)
+            }
+            _ => None,
+        }
+    }
+}
+
+impl Ahead {
+    /// How many stacks of all processes had their frames picked.
+    #[cfg(test)]
+    pub(crate) fn stacks_picked(&self) -> usize {
+        self.processes
+            .iter()
+            .map(|p| p.shown.ranges.iter().filter(|&&r| r != NOT_PICKED).count())
+            .sum()
+    }
+
+    /// What was made of `profile`'s stacks, if anything, and if it still holds: each word
+    /// was resolved in the modules the process had then, which the finished profile must
+    /// resolve it in too. Only a module loaded over another's addresses (a library
+    /// unloaded, another loaded in its place) can change that, so a profile with
+    /// overlapping modules gets nothing.
+    pub(crate) fn take(&mut self, profile: &Profile) -> Option<ProcessAhead> {
+        let identity = (profile.pid, profile.start_monotonic_ns);
+        let at = self.processes.iter().position(|p| p.identity == identity)?;
+        let made = self.processes.swap_remove(at);
+        let overlapping = profile
+            .modules
+            .windows(2)
+            .any(|pair| pair[1].start < pair[0].end);
+        (!overlapping).then_some(made)
+    }
+}
+
+/// A profile file followed, and what was made of its stacks so far.
+struct Followed {
+    live: LiveProfile,
+    made: Made,
+}
+
+/// A process's frame pool and the pool frames of its stacks, by id, as they are made.
+#[derive(Default)]
+struct Made {
+    pool: FramePool,
+    shown: Shown,
+}
+
+impl Followed {
+    /// What was made of its stacks (nothing if its header was never read).
+    fn into_ahead(self) -> Option<ProcessAhead> {
+        let identity = self.live.identity()?;
+        let Made { pool, shown } = self.made;
+        Some(ProcessAhead {
+            identity,
+            pool,
+            shown,
+        })
+    }
+}
+
+/// Works on the stacks `followed` published since the last look; how many there were, or
+/// `None` once `stop` is set.
 fn catch_up(
     symbolizer: &mut Symbolizer,
     followed: &mut Followed,
     stop: &AtomicBool,
 ) -> Option<usize> {
-    let Followed { live, warmed } = followed;
+    let Followed { live, made } = followed;
     let mut read = 0;
     loop {
         let stacks = live.new_stacks(STACKS_PER_READ);
@@ -145,77 +246,62 @@ fn catch_up(
             return Some(read);
         }
         read += stacks.len();
-        let mut ahead = Ahead {
+        let live = &*live;
+        let mut pooled = LivePool {
+            live,
+            pool: &mut made.pool,
             symbolizer: &mut *symbolizer,
-            modules: live.modules(),
-            warmed: &mut *warmed,
         };
-        for words in &stacks {
+        for (id, words) in &stacks {
             if stop.load(Ordering::Relaxed) {
                 return None;
             }
-            symbolize_shown(&mut ahead, words, false);
+            if resolvable(live, words) {
+                made.shown
+                    .insert(*id, &shown_pool(&mut pooled, words, false));
+            }
         }
     }
 }
 
-/// The look-ahead's side of [`Symbolize`]: native frames only, into the symbolizer's
-/// caches. Python frames are left to the report, since their code records may not all be
-/// published yet, and they cost little to resolve.
-struct Ahead<'a> {
+/// Whether every word of a stack resolves now as it will once the process is gone: each
+/// native word in a module, each Python word's code record published. (A word in no
+/// module yet may be in one whose record is still being written.)
+fn resolvable(live: &LiveProfile, words: &[u64]) -> bool {
+    words.iter().all(|&word| match python::decode(word) {
+        FrameWord::Native(address) => module_at(live.modules(), address.wrapping_sub(1)).is_some(),
+        FrameWord::Python { code, .. } => live.python_code(code).is_some(),
+        FrameWord::Marker(_) => true,
+    })
+}
+
+/// The look-ahead's side of [`Pooled`]: a process's pool, resolved against what it has
+/// published, natives symbolized ahead of the report (a module whose symbols cannot be
+/// loaded is noted, and warned about when the report takes the pool up).
+struct LivePool<'a> {
+    live: &'a LiveProfile,
+    pool: &'a mut FramePool,
     symbolizer: &'a mut Symbolizer,
-    modules: &'a [Module],
-    warmed: &'a mut WordMap<u64, Warmed>,
 }
 
-/// What the look-ahead found of a native frame word.
-#[derive(Clone, Copy)]
-struct Warmed {
-    holder: Holder,
-    /// Symbolized, and whether one of its frames is the program's `main`.
-    entry: Option<bool>,
-}
-
-impl Symbolize for Ahead<'_> {
+impl Pooled for LivePool<'_> {
     fn holder(&mut self, word: u64) -> Holder {
-        let FrameWord::Native(address) = python::decode(word) else {
-            return Holder::Other;
-        };
-        warmed(self.warmed, self.modules, word, address).map_or(Holder::Other, |w| w.holder)
+        self.pool.holder(self.live, word)
     }
 
-    fn symbolize(&mut self, word: u64, how: Lookup) -> bool {
-        let (FrameWord::Native(address), Lookup::Return) = (python::decode(word), how) else {
-            return false;
+    fn lookup(&mut self, word: u64, how: Lookup) -> Range<u32> {
+        let symbolizer = &mut *self.symbolizer;
+        let mut native = |module: Option<&crate::profile::Module>, address: u64, _call: u64| {
+            symbolizer.frames_ahead(module, address)
         };
-        let Some(known) = warmed(self.warmed, self.modules, word, address) else {
-            return false;
-        };
-        *known.entry.get_or_insert_with(|| {
-            let module = module_at(self.modules, address.wrapping_sub(1));
-            let frames = self.symbolizer.frames_ahead(module, address);
-            frames.iter().any(is_entry)
-        })
+        self.pool.lookup(self.live, &mut native, word, how)
+    }
+
+    fn flags(&self, index: u32) -> u8 {
+        self.pool.flags(index)
     }
 }
 
-/// What is known of native frame word `word` (return address `address`) of a process with
-/// `modules`; none while no module is known to hold it (its record may not be published
-/// yet: nothing is remembered of it until it is).
-fn warmed<'w>(
-    known: &'w mut WordMap<u64, Warmed>,
-    modules: &[Module],
-    word: u64,
-    address: u64,
-) -> Option<&'w mut Warmed> {
-    match known.entry(word) {
-        Entry::Occupied(found) => Some(found.into_mut()),
-        Entry::Vacant(new) => {
-            let module = module_at(modules, address.wrapping_sub(1))?;
-            Some(new.insert(Warmed {
-                holder: Holder::of(Some(module)),
-                entry: None,
-            }))
-        }
-    }
-}
+#[cfg(test)]
+#[path = "ahead_tests.rs"]
+mod tests;

@@ -202,6 +202,26 @@ impl Symbolizer {
         self.frames_in(profile.module_at(call), address, call, Use::Report)
     }
 
+    /// The frames of `address` in `module` (the module holding `call`, or `None`), found
+    /// by looking up `call` (`address - 1` for a return address, `address` for the
+    /// faulting instruction of a crash), for the report.
+    pub(crate) fn frames_for(
+        &mut self,
+        module: Option<&Module>,
+        address: u64,
+        call: u64,
+    ) -> Vec<Frame> {
+        self.frames_in(module, address, call, Use::Report)
+    }
+
+    /// Counts `module` as used by the report, as the look-ahead's use of it is taken up:
+    /// if its symbols could not be loaded, the report warns about it as if it had.
+    pub(crate) fn note_report_use(&mut self, module: &Module) {
+        if !module.is_vdso() {
+            self.module_index(module, Use::Report);
+        }
+    }
+
     /// Like [`Symbolizer::frames`] for a return `address` in `module` (the module holding
     /// it, or `None`), ahead of the report: a module whose symbols cannot be loaded is
     /// noted, but warned about only when the report itself needs it.

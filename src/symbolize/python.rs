@@ -6,7 +6,7 @@ use memwarden_abi::python::line_table;
 
 use super::python_lines::LineIndex;
 use super::{Frame, FrameKind};
-use crate::profile::Profile;
+use crate::profile::PythonCode;
 use crate::word_map::WordMap;
 
 /// The lines of one process's Python frame words, each code record's line table decoded
@@ -17,13 +17,13 @@ pub(crate) struct PythonLines {
 }
 
 impl PythonLines {
-    /// The line of a Python frame word of `profile`: code record `code`, and `value`, the
-    /// instruction offset in code units, or the line itself when `line_resolved`. `None`
-    /// for an instruction without a line, or a code record not published or without a
-    /// table this reader decodes.
+    /// The line of a Python frame word: code record `code` (`record`, if published), and
+    /// `value`, the instruction offset in code units, or the line itself when
+    /// `line_resolved`. `None` for an instruction without a line, or a code record not
+    /// published or without a table this reader decodes.
     pub(crate) fn line(
         &mut self,
-        profile: &Profile,
+        record: Option<&PythonCode>,
         code: u32,
         value: u32,
         line_resolved: bool,
@@ -31,7 +31,7 @@ impl PythonLines {
         if line_resolved {
             return Some(value);
         }
-        let record = profile.python_code(code)?;
+        let record = record?;
         if record.line_table_kind != line_table::LOCATIONS_311 {
             return None;
         }
@@ -42,11 +42,10 @@ impl PythonLines {
     }
 }
 
-/// The frame of code record `code` of `profile` at `line`: the code's file and qualified
-/// function name. A code record not published shows as a Python frame with no function
-/// and no file.
-pub(crate) fn python_frame(profile: &Profile, code: u32, line: Option<u32>) -> Frame {
-    let record = profile.python_code(code);
+/// The frame of a code record (`None`: not published) at `line`: the code's file and
+/// qualified function name. A code record not published shows as a Python frame with no
+/// function and no file.
+pub(crate) fn python_frame(record: Option<&PythonCode>, line: Option<u32>) -> Frame {
     Frame {
         function: record.map(|r| r.qualname.clone()),
         file: record.map(|r| r.filename.clone()),
@@ -96,6 +95,7 @@ mod tests {
 
     use super::*;
     use crate::profile::synthetic::{stack_record, ProfileBuilder, SyntheticCode};
+    use crate::profile::Profile;
 
     fn profile() -> Profile {
         // Line 5 for code unit 0, line 7 for units 1–2 (a one-line entry of delta 2).
@@ -128,8 +128,9 @@ mod tests {
 
     /// The frame of a frame word's parts, as the report's frame table makes it.
     fn frame_of(profile: &Profile, code: u32, value: u32, line_resolved: bool) -> Frame {
-        let line = PythonLines::default().line(profile, code, value, line_resolved);
-        python_frame(profile, code, line)
+        let record = profile.python_code(code);
+        let line = PythonLines::default().line(record, code, value, line_resolved);
+        python_frame(record, line)
     }
 
     #[test]

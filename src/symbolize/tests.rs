@@ -323,7 +323,7 @@ fn symbols_loaded_ahead_serve_the_report_and_failures_warn_only_when_it_uses_the
         None,
         "stopped"
     );
-    let mut symbolizer = ahead.into_symbolizer();
+    let (mut symbolizer, _) = ahead.into_parts();
     assert!(
         symbolizer.warnings().is_empty(),
         "no warning ahead of the report"
