@@ -1,7 +1,8 @@
-//! Report stage, between symbolization and report.json: a process's frame table. Each
-//! distinct frame word is symbolized once; the frames the report shows enter the table
-//! once, in the order they are first shown, and stacks, failures, crashes and errors name
-//! them by index (report.json's `frames`, since format 5).
+//! Report stage, between the frame pool and report.json: a process's frame table. The
+//! frames the report shows, out of the process's frame pool (`frame_pool`: each distinct
+//! frame word symbolized once), enter the table once, in the order they are first shown,
+//! and stacks, failures, crashes and errors name them by index (report.json's `frames`,
+//! since format 5).
 
 use std::hash::{BuildHasher, BuildHasherDefault};
 use std::ops::Range;
