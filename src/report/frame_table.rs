@@ -290,10 +290,12 @@ mod tests {
             [0, 0, 1]
         );
         assert_eq!(table.show(&[again.start]), [0]);
-        let frames = table.into_frames();
-        assert_eq!(frames.len(), 2);
-        assert_eq!(frames[0].label(), "a.py:3 (f)");
-        assert_eq!(frames[1].label(), "a.py:4 (f)");
+        assert_eq!(labels(table), ["a.py:3 (f)", "a.py:4 (f)"]);
+    }
+
+    /// The labels of a table's frames, in order.
+    fn labels(table: FrameTable) -> Vec<String> {
+        table.into_frames().iter().map(FrameReport::label).collect()
     }
 
     #[test]
@@ -322,9 +324,7 @@ mod tests {
         assert_ne!(unit0, unit1);
         assert_eq!(table.pool.len(), 2);
         assert_eq!(table.show(&[unit0.start, unit1.start]), [0, 1]);
-        let frames = table.into_frames();
-        assert_eq!(frames[0].label(), "a.py:5 (f)");
-        assert_eq!(frames[1].label(), "a.py:7 (f)");
+        assert_eq!(labels(table), ["a.py:5 (f)", "a.py:7 (f)"]);
     }
 
     #[test]
