@@ -173,10 +173,13 @@ impl LiveProfile {
         ) else {
             return;
         };
-        let records: Vec<CodeRecord> = bytes
+        let Some(records) = bytes
             .chunks_exact(size_of::<CodeRecord>())
-            .filter_map(|chunk| read_plain::<CodeRecord>(chunk, 0))
-            .collect();
+            .map(|chunk| read_plain::<CodeRecord>(chunk, 0))
+            .collect::<Option<Vec<CodeRecord>>>()
+        else {
+            return;
+        };
         let spans = records
             .iter()
             .filter(|r| r.published != 0)
@@ -202,10 +205,15 @@ impl LiveProfile {
         self.codes.truncate(first as usize);
         let mut settled = None;
         for (index, record) in (first..).zip(&records) {
-            let code = parse_code(record, index, &blob, blob_start).ok().flatten();
-            if code.is_none() && settled.is_none() {
-                settled = Some(index);
-            }
+            // An unpublished record is read again next time; a malformed one never is.
+            let code = match parse_code(record, index, &blob, blob_start) {
+                Ok(None) => {
+                    settled.get_or_insert(index);
+                    None
+                }
+                Ok(code) => code,
+                Err(_) => None,
+            };
             self.codes.push(code);
         }
         self.codes_settled = settled.unwrap_or(first + records.len() as u64);
@@ -367,6 +375,29 @@ mod tests {
         assert_eq!(live.python_code(1).map(|c| c.name.as_str()), Some("b"));
         assert_eq!(live.python_code(2).map(|c| c.name.as_str()), Some("c"));
         assert!(live.python_code(3).is_none(), "no such record");
+    }
+
+    #[test]
+    fn a_malformed_code_record_is_not_read_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("7.mwp");
+        let code = SyntheticCode {
+            filename: "/w/a.py".into(),
+            name: "f".into(),
+            qualname: "f".into(),
+            first_line: 1,
+            line_table: Vec::new(),
+        };
+        let mut builder = ProfileBuilder::new(7)
+            .python_code(code.clone())
+            .python_code(code);
+        builder.codes[0].line_table_kind = 99;
+        write(&path, &builder);
+        let mut live = LiveProfile::open(&path).unwrap();
+        live.new_stacks(10);
+        assert!(live.python_code(0).is_none(), "malformed");
+        assert_eq!(live.python_code(1).map(|c| c.name.as_str()), Some("f"));
+        assert_eq!(live.codes_settled, 2, "neither is read again");
     }
 
     #[test]
