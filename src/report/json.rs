@@ -242,7 +242,8 @@ pub fn file_name(path: &str) -> &str {
     path.rsplit('/').next().unwrap_or(path)
 }
 
-/// Builds the report of analysed `processes` of a run of `command`.
+/// Builds the report of analysed `processes` of a run of `command`, taking up what the
+/// look-ahead made of their stacks (`ahead`; `Ahead::default()` for nothing).
 pub fn build(
     command: Vec<String>,
     processes: &[Process],
