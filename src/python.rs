@@ -6,7 +6,7 @@
 use memwarden_abi::python::{self, category, FrameWord, NUMPY_DATA, PYMALLOC_ARENAS};
 use serde::{Deserialize, Serialize};
 
-use crate::profile::{Module, Profile, Stack};
+use crate::profile::{module_at, Module, Profile, Stack};
 use crate::word_map::WordMap;
 
 /// File-name prefix of the profiler's own modules, whose frames never count.
@@ -56,11 +56,12 @@ pub fn is_profiler(module: &Module) -> bool {
     file_name(&module.path).starts_with(PROFILER_MODULE_PREFIX)
 }
 
-/// The module holding the call of native frame word `word`, `None` for other words and
-/// for addresses in no module. Return addresses are looked up one byte before.
-pub fn module_of_word(profile: &Profile, word: u64) -> Option<&Module> {
+/// The module of `modules` (sorted by start) holding the call of native frame word
+/// `word`, `None` for other words and for addresses in no module. Return addresses are
+/// looked up one byte before.
+pub fn module_of_word(modules: &[Module], word: u64) -> Option<&Module> {
     match python::decode(word) {
-        FrameWord::Native(address) => profile.module_at(address.wrapping_sub(1)),
+        FrameWord::Native(address) => module_at(modules, address.wrapping_sub(1)),
         _ => None,
     }
 }
@@ -125,7 +126,7 @@ impl<'p> Categories<'p> {
                 *self
                     .holders
                     .entry(word)
-                    .or_insert_with(|| Holder::of(module_of_word(profile, word)))
+                    .or_insert_with(|| Holder::of(module_of_word(&profile.modules, word)))
             })
             .find(|holder| !matches!(holder, Holder::Profiler));
         match innermost {

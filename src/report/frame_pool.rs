@@ -10,7 +10,7 @@ use memwarden_abi::python::{self, FrameWord};
 
 use super::frames::frame_flags;
 use crate::profile::{module_at, LiveProfile, Module, Profile, PythonCode};
-use crate::python::Holder;
+use crate::python::{module_of_word, Holder};
 use crate::symbolize::{python_frame, Frame, PythonLines};
 use crate::word_map::WordMap;
 
@@ -26,15 +26,15 @@ pub(crate) enum Lookup {
 /// What a process's frame words are resolved against: its modules and its Python code
 /// records, as a finished profile has them or as a running process has published them.
 pub(crate) trait FrameSource {
-    /// The module holding `address`.
-    fn module_at(&self, address: u64) -> Option<&Module>;
+    /// The modules, sorted by start.
+    fn modules(&self) -> &[Module];
     /// Python code record `code`, if published.
     fn python_code(&self, code: u32) -> Option<&PythonCode>;
 }
 
 impl FrameSource for Profile {
-    fn module_at(&self, address: u64) -> Option<&Module> {
-        Profile::module_at(self, address)
+    fn modules(&self) -> &[Module] {
+        &self.modules
     }
 
     fn python_code(&self, code: u32) -> Option<&PythonCode> {
@@ -43,8 +43,8 @@ impl FrameSource for Profile {
 }
 
 impl FrameSource for LiveProfile {
-    fn module_at(&self, address: u64) -> Option<&Module> {
-        module_at(self.modules(), address)
+    fn modules(&self) -> &[Module] {
+        LiveProfile::modules(self)
     }
 
     fn python_code(&self, code: u32) -> Option<&PythonCode> {
@@ -127,7 +127,7 @@ impl FramePool {
                     Lookup::Return => address.saturating_sub(1),
                     Lookup::Instruction => address,
                 };
-                native(source.module_at(call), address, call)
+                native(module_at(source.modules(), call), address, call)
             }
         };
         let start = self.frames.len() as u32;
@@ -154,24 +154,17 @@ impl FramePool {
     /// What holds the code of frame `word` in `source`, without symbolizing it.
     pub(crate) fn holder(&mut self, source: &dyn FrameSource, word: u64) -> Holder {
         let known = self.words.entry(word).or_default();
-        *known.holder.get_or_insert_with(|| {
-            let module = match python::decode(word) {
-                FrameWord::Native(address) => source.module_at(address.wrapping_sub(1)),
-                _ => None,
-            };
-            Holder::of(module)
-        })
+        *known
+            .holder
+            .get_or_insert_with(|| Holder::of(module_of_word(source.modules(), word)))
     }
 
-    /// The addresses of the native words symbolized as return addresses.
-    pub(crate) fn returned_natives(&self) -> impl Iterator<Item = u64> + '_ {
+    /// The words symbolized as return addresses.
+    pub(crate) fn returned_words(&self) -> impl Iterator<Item = u64> + '_ {
         self.words
             .iter()
             .filter(|(_, known)| known.returned.is_some())
-            .filter_map(|(&word, _)| match python::decode(word) {
-                FrameWord::Native(address) => Some(address),
-                _ => None,
-            })
+            .map(|(&word, _)| word)
     }
 
     /// The [`frame_flags`] of frame `index`.

@@ -12,7 +12,7 @@ use super::frame_pool::{FramePool, Lookup};
 use super::frames::Pooled;
 use super::json::{unknown_stack_frame, FrameReport};
 use crate::profile::{Module, Profile};
-use crate::python::Holder;
+use crate::python::{module_of_word, Holder};
 use crate::symbolize::{Frame, FrameKind, Symbolizer};
 use crate::word_map::{WordHasher, WordMap};
 
@@ -99,8 +99,8 @@ impl<'a> FrameTable<'a> {
         pool: FramePool,
     ) -> Self {
         let mut modules: Vec<&Module> = pool
-            .returned_natives()
-            .filter_map(|address| profile.module_at(address.wrapping_sub(1)))
+            .returned_words()
+            .filter_map(|word| module_of_word(&profile.modules, word))
             .collect();
         modules.sort_unstable_by_key(|module| (module.start, module.loaded_ns));
         modules.dedup_by_key(|module| (module.start, module.loaded_ns));

@@ -15,8 +15,8 @@ use memwarden_abi::python::{self, FrameWord};
 
 use super::frame_pool::{FramePool, Lookup};
 use super::frames::{shown_pool, Pooled};
-use crate::profile::{module_at, profile_paths, LiveProfile, Profile};
-use crate::python::Holder;
+use crate::profile::{profile_paths, LiveProfile, Profile};
+use crate::python::{module_of_word, Holder};
 use crate::symbolize::Symbolizer;
 
 /// How long to wait between looks at the output folder once a look found nothing new.
@@ -110,13 +110,17 @@ impl LookAhead {
         } else {
             Found::Nothing
         };
-        for path in self.files.keys().cloned().collect::<Vec<_>>() {
-            if self.files[&path].live.is_finished() {
-                if let Some(followed) = self.files.remove(&path) {
-                    self.done.extend(followed.into_ahead());
-                }
-                self.finished.insert(path);
+        let ended: Vec<PathBuf> = self
+            .files
+            .iter()
+            .filter(|(_, followed)| followed.live.is_finished())
+            .map(|(path, _)| path.clone())
+            .collect();
+        for path in ended {
+            if let Some(followed) = self.files.remove(&path) {
+                self.done.extend(followed.into_ahead());
             }
+            self.finished.insert(path);
         }
         (!stop.load(Ordering::Relaxed)).then_some(found)
     }
@@ -269,7 +273,7 @@ fn catch_up(
 /// module yet may be in one whose record is still being written.)
 fn resolvable(live: &LiveProfile, words: &[u64]) -> bool {
     words.iter().all(|&word| match python::decode(word) {
-        FrameWord::Native(address) => module_at(live.modules(), address.wrapping_sub(1)).is_some(),
+        FrameWord::Native(_) => module_of_word(live.modules(), word).is_some(),
         FrameWord::Python { code, .. } => live.python_code(code).is_some(),
         FrameWord::Marker(_) => true,
     })
