@@ -289,8 +289,9 @@ fn process(
     };
     let stacks: Vec<StackReport> = std::thread::scope(|scope| {
         // The site keys hash every frame byte by byte (about 90 ms for 77,000 stacks of 40
-        // frames): done on another core while the frames are shown.
-        let sites = scope.spawn(|| site::site_keys(profile, &p.stacks));
+        // frames): those the look-ahead did not find are done on another core while the
+        // frames are shown.
+        let sites = scope.spawn(|| site::site_keys(profile, &p.stacks, &shown_ahead));
         let stacks: Vec<StackReport> = p
             .stacks
             .iter()

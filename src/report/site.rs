@@ -6,16 +6,22 @@
 use memwarden_abi::python::{self, FrameWord};
 use memwarden_abi::UNKNOWN_STACK_ID;
 
+use super::warm::Shown;
 use crate::analysis::StackFigures;
-use crate::profile::{Module, Profile};
+use crate::profile::{module_at, Module, Profile};
 use crate::word_map::WordMap;
 
 /// The `site` of each of `stacks` (of `profile`), in order: none for the unknown stack, nor
 /// for a stack without return addresses (pymalloc's arenas), which no call site makes.
+/// A stack whose key the look-ahead found (`ahead`) takes it; the others are computed.
 /// Only return addresses count, so the stacks of a Python program share keys where they
 /// differ in Python frames only: each distinct run of return addresses is hashed once.
-pub(crate) fn site_keys(profile: &Profile, stacks: &[StackFigures]) -> Vec<Option<String>> {
-    let mut known: WordMap<Vec<u64>, String> = WordMap::default();
+pub(crate) fn site_keys(
+    profile: &Profile,
+    stacks: &[StackFigures],
+    ahead: &Shown,
+) -> Vec<Option<String>> {
+    let mut known: WordMap<Vec<u64>, Option<u64>> = WordMap::default();
     // The module of each return address, found once: finding it scans the modules loaded
     // below it, and the distinct runs share most of their words.
     let mut modules: WordMap<u64, Option<&Module>> = WordMap::default();
@@ -31,19 +37,31 @@ pub(crate) fn site_keys(profile: &Profile, stacks: &[StackFigures]) -> Vec<Optio
             if s.stack.id == UNKNOWN_STACK_ID {
                 return None;
             }
+            if let Some(site) = ahead.site_of(s.stack.id) {
+                return site.map(hex);
+            }
             native.clear();
             native.extend(s.stack.frames.iter().copied().filter(|&w| is_native(w)));
-            if native.is_empty() {
-                return None;
-            }
-            if let Some(key) = known.get(&native) {
-                return Some(key.clone());
-            }
-            let key = key_hex(&native, &mut module_of);
-            known.insert(native.clone(), key.clone());
-            Some(key)
+            let key = match known.get(&native) {
+                Some(&key) => key,
+                None => {
+                    let key = key_of(&native, &mut module_of);
+                    known.insert(native.clone(), key);
+                    key
+                }
+            };
+            key.map(hex)
         })
         .collect()
+}
+
+/// The key of a stack of frame `words` each of whose return addresses is held by one of
+/// `modules` (as the look-ahead finds them while the process runs); `None` without return
+/// addresses.
+pub(crate) fn key_in(modules: &[Module], words: &[u64]) -> Option<u64> {
+    key_of(words, &mut |address| {
+        module_at(modules, address.wrapping_sub(1))
+    })
 }
 
 fn is_native(word: u64) -> bool {
@@ -56,19 +74,34 @@ fn is_native(word: u64) -> bool {
 /// symbolization looks it up): that module's file name, and the return address minus its
 /// load bias; a frame in no module by an empty name and the address.
 pub(crate) fn site_hex(profile: &Profile, frames: &[u64]) -> String {
-    key_hex(frames, &mut |address| {
+    let key = key_of(frames, &mut |address| {
         profile.module_at(address.wrapping_sub(1))
-    })
+    });
+    // A stack without return addresses hashes nothing, as the preload's key of it does.
+    hex(key.unwrap_or_else(|| memwarden_faults::site_key(&mut core::iter::empty())))
 }
 
-/// [`site_hex`], with `module_of` giving the module holding each return address.
-fn key_hex<'p>(frames: &[u64], module_of: &mut impl FnMut(u64) -> Option<&'p Module>) -> String {
-    let native = frames.iter().copied().filter(|&word| is_native(word));
+fn hex(key: u64) -> String {
+    format!("{key:016x}")
+}
+
+/// The key of `frames`' return addresses, with `module_of` giving the module holding each;
+/// `None` when there is none.
+fn key_of<'p>(
+    frames: &[u64],
+    module_of: &mut impl FnMut(u64) -> Option<&'p Module>,
+) -> Option<u64> {
+    let mut native = frames
+        .iter()
+        .copied()
+        .filter(|&word| is_native(word))
+        .peekable();
+    native.peek()?;
     let mut parts = native.map(|address| match module_of(address) {
         Some(module) => (module.path.as_bytes(), address.wrapping_sub(module.base)),
         None => (&[][..], address),
     });
-    format!("{:016x}", memwarden_faults::site_key(&mut parts))
+    Some(memwarden_faults::site_key(&mut parts))
 }
 
 #[cfg(test)]

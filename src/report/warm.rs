@@ -15,6 +15,7 @@ use memwarden_abi::python::{self, FrameWord};
 
 use super::frame_pool::{FramePool, Lookup};
 use super::frames::{shown_pool, Pooled};
+use super::site;
 use crate::profile::{profile_paths, LiveProfile, Profile};
 use crate::python::{module_of_word, Holder};
 use crate::symbolize::Symbolizer;
@@ -148,27 +149,31 @@ pub(crate) struct ProcessAhead {
     pub(crate) shown: Shown,
 }
 
-/// The pool frames each stack shows: all in one vector (tens of thousands of small
-/// vectors cost more to free than to fill), found by stack id.
+/// The pool frames each stack shows, and its call-site key: the frames all in one vector
+/// (tens of thousands of small vectors cost more to free than to fill), found by stack id.
 #[derive(Default)]
 pub(crate) struct Shown {
     /// Where each stack's frames start in `frames`, and how many there are, by stack id
     /// ([`NOT_PICKED`] for a stack whose frames were not picked).
     ranges: Vec<(u32, u32)>,
     frames: Vec<u32>,
+    /// Each picked stack's site key (none without return addresses), by stack id.
+    sites: Vec<Option<u64>>,
 }
 
 /// The range of a stack whose frames were not picked.
 const NOT_PICKED: (u32, u32) = (u32::MAX, 0);
 
 impl Shown {
-    fn insert(&mut self, id: u32, frames: &[u32]) {
+    fn insert(&mut self, id: u32, frames: &[u32], site: Option<u64>) {
         let id = id as usize;
         if self.ranges.len() <= id {
             self.ranges.resize(id + 1, NOT_PICKED);
+            self.sites.resize(id + 1, None);
         }
         self.ranges[id] = (self.frames.len() as u32, frames.len() as u32);
         self.frames.extend_from_slice(frames);
+        self.sites[id] = site;
     }
 
     /// The pool frames stack `id` shows, if they were picked.
@@ -179,6 +184,13 @@ impl Shown {
             }
             _ => None,
         }
+    }
+
+    /// The site key of stack `id` (itself `None` for a stack without return addresses),
+    /// if its frames were picked.
+    pub(crate) fn site_of(&self, id: u32) -> Option<Option<u64>> {
+        self.of(id)?;
+        self.sites.get(id as usize).copied()
     }
 }
 
@@ -261,8 +273,9 @@ fn catch_up(
                 return None;
             }
             if resolvable(live, words) {
-                made.shown
-                    .insert(*id, &shown_pool(&mut pooled, words, false));
+                let frames = shown_pool(&mut pooled, words, false);
+                let site = site::key_in(live.modules(), words);
+                made.shown.insert(*id, &frames, site);
             }
         }
     }
