@@ -37,7 +37,7 @@ Usage: scripts/bench.py [--quick] [--runs N] [--only native|python] [--short] [-
 of the markdown file, keeping the other's from the file as it was. `--short` shrinks the
 Python workloads to a fifth, to check the script end to end (their figures then mean little).
 Standard library only. The tools, workloads and targets are in bench_config.py; the markdown
-is written by bench_markdown.py.
+is written by bench_markdown.py, with the ratios and their spread from bench_stats.py.
 """
 
 
@@ -77,11 +77,11 @@ from bench_config import (
     Workload,
 )
 from bench_markdown import (
-    fmt_bytes,
     native_markdown,
     python_markdown,
     write_doc,
 )
+from bench_stats import fmt_bytes
 
 
 def sh(*argv, **kw):

@@ -4,7 +4,6 @@ per-round ratios to the bare runs, with the targets and the peers beside them.""
 import datetime
 import os
 import platform
-import statistics
 import subprocess
 from pathlib import Path
 
@@ -28,23 +27,7 @@ from bench_config import (
     RSS_TARGET,
     TIME_TARGETS,
 )
-
-
-def median(values):
-    return statistics.median(values) if values else None
-
-
-def paired_ratio(runs, base_runs, attr):
-    """The median over rounds of `attr` in each of `runs` divided by the same round's
-    `base_runs` (the two were taken seconds apart, interleaved). This machine has slow
-    phases lasting seconds to minutes; a ratio of two medians taken over all rounds mixes
-    runs from different phases, a ratio within a round does not."""
-    ratios = [
-        getattr(run, attr) / getattr(base, attr)
-        for run, base in zip(runs, base_runs)
-        if getattr(run, attr) is not None and getattr(base, attr)
-    ]
-    return median(ratios)
+from bench_stats import fmt_bytes, fmt_ratio, median, middle_half, paired_ratio, round_ratios
 
 
 def machine() -> str:
@@ -72,19 +55,6 @@ def versions() -> str:
         f"memwarden {rev}; {first_line('heaptrack', '--version')}; "
         f"sqlite3 {first_line('sqlite3', '-version').split(' ')[0]}; {first_line('gcc', '--version')}"
     )
-
-
-def fmt_ratio(x):
-    return "–" if x is None else f"{x:.2f}×"
-
-
-def fmt_bytes(n):
-    if n is None:
-        return "–"
-    for unit, size in (("MiB", 2**20), ("KiB", 2**10)):
-        if n >= size:
-            return f"{n / size:.1f} {unit}"
-    return f"{n} B"
 
 
 def guard_lines(workloads, samples) -> tuple[list, list]:
@@ -448,11 +418,14 @@ def python_markdown(workloads, samples, runs: int, versions: dict, notes: list, 
         "",
         "### Targets",
         "",
-        "| target | measured | met |",
-        "|---|---|---|",
+        "| target | measured | met | middle half of the rounds |",
+        "|---|---|---|---|",
     ]
     for w in workloads:
         target = PY_WORKLOADS[w.name][1]
+        spread = middle_half(
+            round_ratios(samples[w.name].get("memwarden", []), samples[w.name].get("bare", []), "wall")
+        )
         earlier = ", ".join(f"{PY_TOOL_NAMES[t]} {fmt_ratio(x)}" for t, x in PY_EARLIER[w.name].items())
         value = ratio(w, "memwarden", "wall")
         if ("memwarden" in w.tools and (w.name, "memwarden") not in failures) and value is not None:
@@ -462,9 +435,13 @@ def python_markdown(workloads, samples, runs: int, versions: dict, notes: list, 
             met, shown = "**no**", "failed"
         lines.append(
             f"| {w.name} ({PY_WORKLOADS[w.name][2]}) wall time ≤ {fmt_ratio(target)} bare "
-            f"(earlier: {earlier}) | {shown} | {met} |"
+            f"(earlier: {earlier}) | {shown} | {met} | {spread} |"
         )
     lines += [
+        "",
+        "A target is met when the median of the per-round ratios is within it. The last column holds "
+        "the first and third quartiles of those ratios: how far this machine's noise moves one round's "
+        "figure, and so how far another run's median may land.",
         "",
         "The \"earlier\" figures are the peers' ratios measured before on this kind of machine, on workloads "
         "of the same kinds (NumPy compute, pure-Python objects, `python -m compileall -f` over a few "
