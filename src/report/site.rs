@@ -8,7 +8,8 @@ use memwarden_abi::UNKNOWN_STACK_ID;
 
 use super::warm::Shown;
 use crate::analysis::StackFigures;
-use crate::profile::{module_at, Module, Profile};
+use crate::profile::{Module, Profile};
+use crate::python::module_of_word;
 use crate::word_map::WordMap;
 
 /// The `site` of each of `stacks` (of `profile`), in order: none for the unknown stack, nor
@@ -28,7 +29,7 @@ pub(crate) fn site_keys(
     let mut module_of = |address: u64| {
         *modules
             .entry(address)
-            .or_insert_with(|| profile.module_at(address.wrapping_sub(1)))
+            .or_insert_with(|| module_of_word(&profile.modules, address))
     };
     let mut native = Vec::new();
     stacks
@@ -59,9 +60,7 @@ pub(crate) fn site_keys(
 /// `modules` (as the look-ahead finds them while the process runs); `None` without return
 /// addresses.
 pub(crate) fn key_in(modules: &[Module], words: &[u64]) -> Option<u64> {
-    key_of(words, &mut |address| {
-        module_at(modules, address.wrapping_sub(1))
-    })
+    key_of(words, &mut |address| module_of_word(modules, address))
 }
 
 fn is_native(word: u64) -> bool {
@@ -75,7 +74,7 @@ fn is_native(word: u64) -> bool {
 /// load bias; a frame in no module by an empty name and the address.
 pub(crate) fn site_hex(profile: &Profile, frames: &[u64]) -> String {
     let key = key_of(frames, &mut |address| {
-        profile.module_at(address.wrapping_sub(1))
+        module_of_word(&profile.modules, address)
     });
     // A stack without return addresses hashes nothing, as the preload's key of it does.
     hex(key.unwrap_or_else(|| memwarden_faults::site_key(&mut core::iter::empty())))

@@ -308,8 +308,8 @@ impl Pooled for LivePool<'_> {
 
     fn lookup(&mut self, word: u64, how: Lookup) -> Range<u32> {
         let symbolizer = &mut *self.symbolizer;
-        let mut native = |module: Option<&crate::profile::Module>, address: u64, _call: u64| {
-            symbolizer.frames_ahead(module, address)
+        let mut native = |module: Option<&crate::profile::Module>, address: u64, call: u64| {
+            symbolizer.frames_ahead(module, address, call)
         };
         self.pool.lookup(self.live, &mut native, word, how)
     }

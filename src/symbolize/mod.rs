@@ -188,18 +188,14 @@ impl Symbolizer {
     /// The frames for one recorded return `address` of `profile`, innermost first; one
     /// frame per inline level, at least one.
     pub fn frames(&mut self, profile: &Profile, address: u64) -> Vec<Frame> {
-        self.frames_probing(profile, address, address.saturating_sub(1))
+        let call = address.saturating_sub(1);
+        self.frames_for(profile.module_at(call), address, call)
     }
 
     /// Like [`Symbolizer::frames`] for the address of an instruction itself (a crash's
     /// faulting instruction), which is looked up as is, not minus one.
     pub fn instruction_frames(&mut self, profile: &Profile, address: u64) -> Vec<Frame> {
-        self.frames_probing(profile, address, address)
-    }
-
-    /// The frames of `address`, found by looking up `call`.
-    fn frames_probing(&mut self, profile: &Profile, address: u64, call: u64) -> Vec<Frame> {
-        self.frames_in(profile.module_at(call), address, call, Use::Report)
+        self.frames_for(profile.module_at(address), address, address)
     }
 
     /// The frames of `address` in `module` (the module holding `call`, or `None`), found
@@ -222,11 +218,10 @@ impl Symbolizer {
         }
     }
 
-    /// Like [`Symbolizer::frames`] for a return `address` in `module` (the module holding
-    /// it, or `None`), ahead of the report: a module whose symbols cannot be loaded is
-    /// noted, but warned about only when the report itself needs it.
-    pub fn frames_ahead(&mut self, module: Option<&Module>, address: u64) -> Vec<Frame> {
-        self.frames_in(module, address, address.saturating_sub(1), Use::Ahead)
+    /// Like [`Symbolizer::frames_for`], ahead of the report: a module whose symbols cannot
+    /// be loaded is noted, but warned about only when the report itself needs it.
+    pub fn frames_ahead(&mut self, module: Option<&Module>, address: u64, call: u64) -> Vec<Frame> {
+        self.frames_in(module, address, call, Use::Ahead)
     }
 
     fn frames_in(
