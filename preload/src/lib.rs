@@ -66,6 +66,7 @@ mod python_stack_memo;
 mod quarantine;
 mod real;
 mod recorder;
+mod rule_caches;
 mod snapshot;
 mod spin;
 mod stack_memo;

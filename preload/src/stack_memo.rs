@@ -83,6 +83,9 @@ impl Default for RecordedReads {
 }
 
 impl RecordedReads {
+    /// Stack words it can hold.
+    pub const CAPACITY: usize = MEMO_READS;
+
     pub fn iter(&self) -> impl Iterator<Item = &MemoRead> {
         self.reads[..self.len].iter()
     }

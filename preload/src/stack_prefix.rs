@@ -173,6 +173,11 @@ impl Walk {
 
     /// The walk's reads as a memo entry can hold them, if they fit.
     pub fn memo_reads(&self) -> Option<RecordedReads> {
+        // Known not to fit before any is copied: under a deep recursion (CPython's parser)
+        // most walks that miss the memo are too long for it.
+        if self.reads_len > RecordedReads::CAPACITY {
+            return None;
+        }
         self.memo_reads_where(|_, _| true)
     }
 
@@ -219,9 +224,12 @@ impl Walk {
                     true => reads.push_return(read.address, value),
                     false => reads.push(read.address, value),
                 }
+                if reads.overflowed() {
+                    return None;
+                }
             }
         }
-        (!reads.overflowed()).then_some(reads)
+        Some(reads)
     }
 
     /// The range of `reads` made to unwind past level `level`.
@@ -345,6 +353,20 @@ mod tests {
             previous.resume_point(&mut 0, 1, &level(20, 200), 1, 3, &memory),
             Some(1)
         );
+    }
+
+    #[test]
+    fn a_walk_with_more_reads_than_a_memo_entry_holds_is_not_memoized() {
+        let memory = |address: u64| Ok(address);
+        let levels = |count: u64| -> Vec<Level> { (1..=count).map(|i| level(i, i * 16)).collect() };
+        let fits = walk_of(&levels(RecordedReads::CAPACITY as u64), &memory);
+        let reads = fits.memo_reads().expect("as many reads as an entry holds");
+        assert_eq!(reads.iter().count(), RecordedReads::CAPACITY);
+        assert_eq!(reads.iter().last().map(|read| read.address), Some(32 * 16));
+        let deeper = walk_of(&levels(RecordedReads::CAPACITY as u64 + 1), &memory);
+        assert!(deeper.memo_reads().is_none());
+        // Its return-address reads alone (here: only the read past its last level) fit.
+        assert!(deeper.return_address_reads().is_some());
     }
 
     /// A walk like a real one: unwinding past level i reads a saved bp at its sp and the

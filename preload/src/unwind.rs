@@ -11,6 +11,7 @@ use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64};
 use framehop::{FrameAddress, Unwinder};
 
 use crate::python_stack_memo::MergedMemo;
+use crate::rule_caches::RuleCaches;
 use crate::stack_memo::{Lookup, MemoKey, Proof, RecordedReads, StackMemo};
 use crate::stack_prefix::{Level, Walk};
 
@@ -19,32 +20,15 @@ use crate::own_stack::on_own_stack;
 use crate::snapshot::{rebuild, snapshot, Snapshot};
 use crate::thread_state::Guard;
 
-/// framehop's rule cache is direct-mapped with 509 slots (`address % 509`); a real program's
-/// stacks hold thousands of distinct return addresses, and a miss costs a CFI evaluation (a
-/// microsecond). Several caches, chosen by `address / 509`, act as one direct-mapped cache of
-/// `509 × RULE_CACHES` slots.
-const RULE_CACHES: usize = 8;
-const FRAMEHOP_SLOTS: u64 = 509;
-
 /// Per-thread unwinding state: the rule caches, the stack memo, and the previous walk with
 /// room for the next one.
 pub struct ThreadUnwinder {
-    rules: [CacheX86_64; RULE_CACHES],
+    rules: RuleCaches,
     memo: Box<StackMemo>,
     /// Made on the thread's first Python stack: 96 KiB other threads never need.
     merged: Option<Box<MergedMemo>>,
     previous: Box<Walk>,
     current: Box<Walk>,
-}
-
-/// Which rule cache serves frames at `address`.
-#[inline(always)]
-fn rule_cache_index(address: &FrameAddress) -> usize {
-    let lookup = match address {
-        FrameAddress::InstructionPointer(ip) => *ip,
-        FrameAddress::ReturnAddress(ra) => ra.get() - 1,
-    };
-    ((lookup / FRAMEHOP_SLOTS) % RULE_CACHES as u64) as usize
 }
 
 static THREAD_EXIT_KEY: AtomicU64 = AtomicU64::new(u64::MAX);
@@ -76,7 +60,7 @@ fn thread_unwinder(guard: &Guard) -> *mut ThreadUnwinder {
     unsafe {
         if *slot == 0 {
             let state = Box::into_raw(Box::new(ThreadUnwinder {
-                rules: core::array::from_fn(|_| CacheX86_64::new()),
+                rules: RuleCaches::new(),
                 memo: StackMemo::boxed(),
                 merged: None,
                 previous: Walk::boxed(),
@@ -300,7 +284,7 @@ fn unwind_fully(
             current.set_truncated();
             break;
         }
-        let cache = &mut rules[rule_cache_index(&address)];
+        let cache = rules.for_frame(&address);
         let mut recording_read = |word: u64| {
             let value = read_stack(word);
             current.record_read(word, value);
@@ -337,7 +321,7 @@ fn unwind_fully(
 /// later walks resume from it.
 fn prove(
     snapshot: &Snapshot,
-    rules: &mut [CacheX86_64; RULE_CACHES],
+    rules: &mut RuleCaches,
     key: &MemoKey,
     read_stack: &dyn Fn(u64) -> Result<u64, ()>,
     walk: &mut Walk,
@@ -368,7 +352,7 @@ fn prove(
 /// true if the same `frames` come out, ending as they did, with no refused read.
 fn same_walk_with(
     snapshot: &Snapshot,
-    rules: &mut [CacheX86_64; RULE_CACHES],
+    rules: &mut RuleCaches,
     key: &MemoKey,
     read: &dyn Fn(u64) -> Result<u64, ()>,
     frames: &[u64],
@@ -392,7 +376,7 @@ fn same_walk_with(
             // The first walk stopped here too (`unwind_fully`).
             return last;
         }
-        let cache = &mut rules[rule_cache_index(&address)];
+        let cache = rules.for_frame(&address);
         let next = step(snapshot, address, &mut regs, cache, &mut checked_read);
         if refused.get() {
             return false;
@@ -462,7 +446,7 @@ fn walk_from(
     let mut regs = UnwindRegsX86_64::new(ip, sp, bp);
     let mut address = FrameAddress::from_instruction_pointer(ip);
     while visit(&address) {
-        let cache = &mut state.rules[rule_cache_index(&address)];
+        let cache = state.rules.for_frame(&address);
         address = step(snapshot, address, &mut regs, cache, &mut read_stack)?;
     }
     Some((address, regs))
