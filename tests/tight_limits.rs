@@ -5,7 +5,9 @@
 //!   the preload does that work on a stack of its own (on theirs it crashed the program);
 //! - in a small address space (`ulimit -v`): the profile file is sparse, but its mapping
 //!   counts in full against `RLIMIT_AS`, so the preload maps it with smaller capacities,
-//!   says so, and profiles the process all the same.
+//!   says so, and profiles the process all the same;
+//! - out of address space altogether, by a limit the program sets itself: memwarden's own
+//!   next allocation is refused too, so tracking stops, says why, and the program runs on.
 
 mod common;
 use common::*;
@@ -142,4 +144,92 @@ fn a_process_with_a_file_size_limit_is_profiled_and_not_killed() {
     profiled_under_limit(&scratch, "file_size_limit", "-f 40000", |limited| {
         assert_eq!(limited.exit, Some(Exit::code(0)), "{}", limited.describe());
     });
+}
+
+/// GIVEN a program that holds 3 KiB + 1 byte in `before_limit_block`, starts a thread that
+/// waits, then lowers its own address-space limit to what it already uses and allocates until
+/// glibc refuses (keeping one 2 KiB block free for the thread's own first allocations). The
+/// thread then allocates, so memwarden must find memory for that thread's first stack walk
+/// where there is none.
+const EXHAUSTED: &str = r#"
+#include <fcntl.h>
+#include <pthread.h>
+#include <sys/resource.h>
+#include <unistd.h>
+static int wake[2];
+static void *held;
+NOINLINE void *before_limit_block(void) { return malloc(3 * KiB + 1); }
+NOINLINE static void *late_thread(void *arg) {
+    char go;
+    if (read(wake[0], &go, 1) != 1) return arg;
+    keep(malloc(100));
+    say("thread allocated\n");
+    return arg;
+}
+/* The address space in use now, from /proc without allocating. */
+static rlim_t address_space_in_use(void) {
+    char text[128] = {0};
+    int fd = open("/proc/self/statm", O_RDONLY);
+    if (fd < 0 || read(fd, text, sizeof text - 1) <= 0) exit(5);
+    close(fd);
+    return (rlim_t)strtoull(text, NULL, 10) * (rlim_t)sysconf(_SC_PAGESIZE);
+}
+/* Allocates blocks of `size` until refused, chaining them through their first word. */
+NOINLINE static void **exhaust(size_t size, void **chain) {
+    for (void **block; (block = malloc(size)) != NULL; chain = block) *block = chain;
+    return chain;
+}
+int main(void) {
+    held = before_limit_block();
+    pthread_t thread;
+    if (pipe(wake) != 0 || pthread_create(&thread, NULL, late_thread, NULL) != 0) return 4;
+    struct rlimit limit = {address_space_in_use(), RLIM_INFINITY};
+    if (setrlimit(RLIMIT_AS, &limit) != 0) return 6;
+    void **chain = exhaust(64 * KiB, NULL);
+    void **spare = exhaust(2 * KiB, chain);
+    chain = exhaust(16, *spare);
+    free(spare); /* larger than glibc's per-thread cache takes: any thread can have it */
+    if (write(wake[1], "g", 1) != 1) return 7;
+    pthread_join(thread, NULL);
+    say("done\n");
+    keep(chain);
+    return 0;
+}
+"#;
+
+#[test]
+fn a_program_that_uses_up_its_address_space_runs_on_and_its_profile_says_why_tracking_stopped() {
+    let scratch = Scratch::new("exhausted");
+    let program = scratch.compile("exhausted", EXHAUSTED);
+    let bare = run_bare(&scratch, &[program.arg()], None);
+    assert_eq!(
+        bare.code(),
+        0,
+        "the program itself must run: {}",
+        bare.stderr_text()
+    );
+
+    let run = profile(&scratch, &[program.arg()]);
+
+    assert_success(&run.outcome, "memwarden run out of address space");
+    assert_eq!(run.outcome.stdout_text(), "thread allocated\ndone\n");
+    let stderr = run.outcome.stderr_text();
+    assert!(
+        stderr.contains("memwarden: stopped tracking: no memory left for memwarden's own use"),
+        "{stderr}"
+    );
+    let p = run.report.only_process();
+    assert_eq!(
+        p.degraded.as_deref(),
+        Some("own_memory_exhausted"),
+        "{}",
+        p.describe()
+    );
+    assert_eq!(p.exit, Some(Exit::code(0)), "{}", p.describe());
+    assert_eq!(
+        p.at_peak("before_limit_block"),
+        3 * KIB + 1,
+        "{}",
+        p.describe()
+    );
 }

@@ -38,6 +38,9 @@ pub mod degraded_reason {
     pub const ADDRESS_MAP_FULL: u32 = 2;
     /// A live-byte sum overflowed 64 bits (a corrupt size or a wild free).
     pub const COUNTER_OVERFLOW: u32 = 3;
+    /// memwarden's own heap could not get memory (the address space was used up, as under
+    /// a `ulimit -v` the program set itself).
+    pub const OWN_MEMORY_EXHAUSTED: u32 = 4;
 }
 
 /// Codes of [`crate::ErrorRecord::kind`].

@@ -22,6 +22,7 @@ mod config;
 mod crash;
 mod dir_names;
 mod elf_symbols;
+mod emergency_reserve;
 mod exits;
 mod fork;
 mod guard;

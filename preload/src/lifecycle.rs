@@ -225,6 +225,7 @@ pub fn degrade(reason: u32) {
         degraded_reason::FILE_GROW_FAILED => b"the profile file cannot grow (disk full?)",
         degraded_reason::ADDRESS_MAP_FULL => b"no memory left for the block map",
         degraded_reason::COUNTER_OVERFLOW => b"a byte counter overflowed",
+        degraded_reason::OWN_MEMORY_EXHAUSTED => b"no memory left for memwarden's own use",
         _ => b"an internal limit was reached",
     };
     log::say_once(

@@ -357,6 +357,7 @@ fn degraded(reason: u32, flagged: bool) -> Option<String> {
         degraded_reason::FILE_GROW_FAILED => "file_grow_failed".to_owned(),
         degraded_reason::ADDRESS_MAP_FULL => "address_map_full".to_owned(),
         degraded_reason::COUNTER_OVERFLOW => "counter_overflow".to_owned(),
+        degraded_reason::OWN_MEMORY_EXHAUSTED => "own_memory_exhausted".to_owned(),
         other => format!("reason_{other}"),
     };
     Some(name)

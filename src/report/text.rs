@@ -268,6 +268,7 @@ fn flags(p: &ProcessReport) -> Vec<String> {
             "file_grow_failed" => "the profile file could not grow (disk full?)",
             "address_map_full" => "out of memory for the address map",
             "counter_overflow" => "a byte count overflowed (corrupt size or wild free)",
+            "own_memory_exhausted" => "no memory left for memwarden's own use",
             other => other,
         };
         flags.push(format!(
