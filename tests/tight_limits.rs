@@ -12,6 +12,20 @@
 mod common;
 use common::*;
 
+/// Compiles `source` as `mwt_<name>` and checks that it runs without memwarden: a failure
+/// under the profiler must be the profiler's.
+fn compiled_and_run_bare(scratch: &Scratch, name: &str, source: &str) -> Program {
+    let program = scratch.compile(name, source);
+    let bare = run_bare(scratch, &[program.arg()], None);
+    assert_eq!(
+        bare.code(),
+        0,
+        "the program itself must run: {}",
+        bare.stderr_text()
+    );
+    program
+}
+
 /// GIVEN a thread with a `PTHREAD_STACK_MIN` stack whose function, a few kilobytes of
 /// frames deep, allocates 3 KiB + 7 bytes, and a coroutine on an 8 KiB stack that allocates
 /// 5 KiB + 3 bytes; both blocks are held together, then freed.
@@ -62,14 +76,7 @@ int main(void) {
 #[test]
 fn a_smallest_thread_stack_and_a_coroutine_stack_are_profiled_without_a_crash() {
     let scratch = Scratch::new("small_stacks");
-    let program = scratch.compile("small_stacks", SMALL_STACKS);
-    let bare = run_bare(&scratch, &[program.arg()], None);
-    assert_eq!(
-        bare.code(),
-        0,
-        "the program itself must run: {}",
-        bare.stderr_text()
-    );
+    let program = compiled_and_run_bare(&scratch, "small_stacks", SMALL_STACKS);
 
     let run = profile(&scratch, &[program.arg()]);
 
@@ -200,14 +207,7 @@ int main(void) {
 #[test]
 fn a_program_that_uses_up_its_address_space_runs_on_and_its_profile_says_why_tracking_stopped() {
     let scratch = Scratch::new("exhausted");
-    let program = scratch.compile("exhausted", EXHAUSTED);
-    let bare = run_bare(&scratch, &[program.arg()], None);
-    assert_eq!(
-        bare.code(),
-        0,
-        "the program itself must run: {}",
-        bare.stderr_text()
-    );
+    let program = compiled_and_run_bare(&scratch, "exhausted", EXHAUSTED);
 
     let run = profile(&scratch, &[program.arg()]);
 
