@@ -72,12 +72,15 @@ unsafe impl GlobalAlloc for LibcAllocator {
         // SAFETY: forwards the caller's arguments.
         let moved = unsafe { self.realloc_unnoted(block, layout, new_size) };
         if moved.is_null() {
-            // glibc kept the old block: it moves to the reserve and goes back to glibc.
+            // glibc kept the old block: its bytes move to a block of the reserve, and the
+            // old block goes back to glibc (or stays the caller's if the reserve is out too).
             // SAFETY: the reserve's block is new and `new_size` long; `block` is the caller's,
             // valid for `layout.size()` bytes, and is freed only after the copy.
             return unsafe {
                 let moved = move_to(out_of_memory(new_layout), block, layout.size(), new_size);
-                if !moved.is_null() {
+                if moved.is_null() {
+                    note_if_large(block, layout.size());
+                } else {
                     real::__libc_free(block as *mut c_void);
                 }
                 moved
