@@ -70,7 +70,7 @@ unsafe impl GlobalAlloc for LibcAllocator {
         }
         forget_if_large(block, layout.size());
         // SAFETY: forwards the caller's arguments.
-        let moved = unsafe { self.realloc_unnoted(block, layout, new_size) };
+        let moved = unsafe { self.realloc_unnoted(block, layout, new_layout) };
         if moved.is_null() {
             // glibc kept the old block: its bytes move to a block of the reserve, and the
             // old block goes back to glibc (or stays the caller's if the reserve is out too).
@@ -141,21 +141,27 @@ impl LibcAllocator {
     }
 
     /// # Safety
-    /// As [`GlobalAlloc::realloc`].
-    unsafe fn realloc_unnoted(&self, block: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+    /// As [`GlobalAlloc::realloc`], with `new_layout` the new size at the block's alignment.
+    unsafe fn realloc_unnoted(
+        &self,
+        block: *mut u8,
+        layout: Layout,
+        new_layout: Layout,
+    ) -> *mut u8 {
         if layout.align() <= MALLOC_ALIGNMENT {
             // SAFETY: `block` came from glibc malloc with malloc's alignment.
-            unsafe { real::__libc_realloc(block as *mut c_void, new_size) as *mut u8 }
+            unsafe { real::__libc_realloc(block as *mut c_void, new_layout.size()) as *mut u8 }
         } else {
             // SAFETY: over-aligned blocks are moved by hand: allocate, copy the smaller
             // size, free the old one, as GlobalAlloc's default does.
             unsafe {
-                let Ok(new_layout) = Layout::from_size_align(new_size, layout.align()) else {
-                    return core::ptr::null_mut();
-                };
-                let moved = self.alloc_unnoted(new_layout);
+                let moved = move_to(
+                    self.alloc_unnoted(new_layout),
+                    block,
+                    layout.size(),
+                    new_layout.size(),
+                );
                 if !moved.is_null() {
-                    core::ptr::copy_nonoverlapping(block, moved, layout.size().min(new_size));
                     real::__libc_free(block as *mut c_void);
                 }
                 moved
