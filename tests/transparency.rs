@@ -202,3 +202,65 @@ fn a_program_that_closes_the_profiles_descriptor_is_tracked_and_its_files_kept_i
     assert_eq!(p.at_peak("after_close_block"), 77777, "{}", p.describe());
     assert_eq!(p.allocations("churn_block"), 1000, "{}", p.describe());
 }
+
+/// GIVEN a program that lists its open descriptors, closes its stdin and executes itself
+/// with that list; the new image allocates from a thousand distinct stacks (enough for
+/// the profile to need more disk blocks), holds 55,555 bytes from `fd_check_block`, and
+/// says whether it has the same descriptors as before, less stdin (as `posix_spawn` with a
+/// close action, or a daemon, starts a program).
+const KEEPS_DESCRIPTORS: &str = r#"
+#include <fcntl.h>
+#include <stdio.h>
+NOINLINE void *churn_block(int depth) {
+    if (depth == 0) return malloc(48);
+    void *p = churn_block(depth - 1);
+    keep(p);
+    return p;
+}
+NOINLINE void *fd_check_block(void) { return malloc(55555); }
+static void list_open(char *out, size_t size, int skip) {
+    out[0] = 0;
+    for (int fd = 0; fd < 4096; fd++) {
+        if (fd == skip || fcntl(fd, F_GETFD) == -1) continue;
+        size_t used = strlen(out);
+        snprintf(out + used, size - used, "%d,", fd);
+    }
+}
+int main(int argc, char **argv) {
+    static char before[8192], after[8192];
+    if (argc == 1) {
+        list_open(before, sizeof before, 0);
+        close(0);
+        execl("/proc/self/exe", argv[0], before, (char *)0);
+        return 9;
+    }
+    for (int depth = 0; depth < 1000; depth++) free(churn_block(depth));
+    void *held = fd_check_block();
+    list_open(after, sizeof after, -1);
+    say(strcmp(after, argv[1]) == 0 ? "same descriptors\n" : "other descriptors: ");
+    if (strcmp(after, argv[1]) != 0) { say(after); say(" before: "); say(argv[1]); say("\n"); }
+    free(held);
+    return 0;
+}
+"#;
+
+#[test]
+fn the_profile_takes_no_descriptor_of_the_program_not_even_a_closed_stdin() {
+    let scratch = Scratch::new("keeps_descriptors");
+    let prog = scratch.compile("keeps_descriptors", KEEPS_DESCRIPTORS);
+
+    let run = profile(&scratch, &[prog.arg()]);
+
+    assert_success(&run.outcome, "memwarden run");
+    assert_eq!(run.outcome.stdout_text(), "same descriptors\n");
+    let stderr = run.outcome.stderr_text();
+    assert!(!stderr.contains("stopped tracking"), "{stderr}");
+    let after_exec = run
+        .report
+        .processes
+        .iter()
+        .find(|p| p.allocations("churn_block") > 0)
+        .expect("the image after exec is profiled");
+    assert_eq!(after_exec.allocations("churn_block"), 1000);
+    assert_eq!(after_exec.at_peak("fd_check_block"), 55555);
+}

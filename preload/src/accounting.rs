@@ -195,7 +195,7 @@ mod tests {
         let identity = Identity::of_this_process(8);
         let dir_bytes = dir.as_os_str().as_encoded_bytes();
         let fd = create_file(dir_bytes, &identity, &layout).unwrap();
-        let file = ProfileFile::map(fd, layout, dir_bytes).unwrap();
+        let file = ProfileFile::map(fd, layout, dir_bytes, &identity).unwrap();
         file.write_header(&identity);
         for id in 0..u64::from(STACKS) {
             assert!(file.back(layout.stack_offset(id), 128));

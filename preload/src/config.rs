@@ -162,7 +162,7 @@ pub struct Config {
 impl Config {
     /// Reads the environment; `None` when no output folder is set.
     pub fn from_environment() -> Option<Config> {
-        let output_dir = variable(OUTPUT_DIR_VARIABLE)?.to_bytes().to_vec();
+        let output_dir = absolute(variable(OUTPUT_DIR_VARIABLE)?.to_bytes());
         if output_dir.is_empty() {
             return None;
         }
@@ -184,6 +184,24 @@ impl Config {
     pub fn max_depth(&self) -> usize {
         self.numeric[MAX_DEPTH] as usize
     }
+}
+
+/// `dir` made absolute against the working directory at start-up, which the program may
+/// change: the profile file is opened again by its path each time it needs disk blocks
+/// (`profile_fd`). Kept as it is when the working directory cannot be read.
+fn absolute(dir: &[u8]) -> Vec<u8> {
+    if dir.is_empty() || dir.starts_with(b"/") {
+        return dir.to_vec();
+    }
+    let mut cwd = vec![0u8; libc::PATH_MAX as usize];
+    // SAFETY: getcwd writes at most `cwd.len()` bytes, NUL included, into the buffer.
+    if unsafe { libc::getcwd(cwd.as_mut_ptr().cast(), cwd.len()) }.is_null() {
+        return dir.to_vec();
+    }
+    cwd.truncate(cwd.iter().position(|&b| b == 0).unwrap_or(cwd.len()));
+    cwd.push(b'/');
+    cwd.extend_from_slice(dir);
+    cwd
 }
 
 fn variable(name: &CStr) -> Option<&'static CStr> {
@@ -274,7 +292,16 @@ pub fn parse_decimal(text: &[u8]) -> Option<u64> {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_decimal;
+    use super::{absolute, parse_decimal};
+
+    #[test]
+    fn a_relative_output_folder_is_made_absolute_against_the_working_directory() {
+        let cwd = std::env::current_dir().unwrap();
+        let made = absolute(b"out/run1");
+        assert_eq!(made, cwd.join("out/run1").as_os_str().as_encoded_bytes());
+        assert_eq!(absolute(b"/tmp/out"), b"/tmp/out");
+        assert_eq!(absolute(b""), b"");
+    }
 
     #[test]
     fn decimals_parse_strictly() {

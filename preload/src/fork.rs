@@ -259,7 +259,10 @@ fn adopt_own_file(recorder: &Recorder, stacks: u64) -> Result<(), i32> {
         return Err(errno);
     }
     profile_file::no_read_ahead(mapped, layout.file_size);
-    file.adopt(fd);
+    file.adopt(fd, &identity);
+    // SAFETY: closes the new file's descriptor: the mapping keeps the file, and backing it
+    // opens it again by its path (`profile_fd`).
+    unsafe { libc::close(fd) };
     for (offset, len) in used_regions(recorder, stacks) {
         if !file.back(offset, len) {
             return Err(libc::ENOSPC);

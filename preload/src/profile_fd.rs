@@ -1,21 +1,26 @@
-//! Store: the descriptor of the process's profile file, which the preload keeps open to
-//! back the file with disk blocks as it fills. The program may close it (`close_range(3,
-//! ~0)`, as daemons and test runners do) and may then get the same number for a file of
-//! its own: using the number blindly would stop tracking with a false "disk full", or
-//! worse, allocate blocks in the program's file and so lengthen it. So the descriptor is
-//! checked to still be the profile (same device and inode) before each use, and the file is
-//! opened again by its path when it is not.
+//! Store: how the preload reaches its profile file's descriptor. It keeps none open. The
+//! file is mapped once and needs a descriptor only to get disk blocks as it fills, a chunk
+//! at a time, so each such use opens it by its path, checks that it is still the profile
+//! (the same device and inode: the user may have replaced it), and closes it again.
+//!
+//! A descriptor held for the whole run took the lowest free number, which belongs to the
+//! program: a program started with stdin closed (`posix_spawn` with a close action, a
+//! daemon) found the profile as its fd 0, and one that lists its descriptors (a test of
+//! `pass_fds`, a daemon closing what it inherited) found one it never opened. The program
+//! could also close that number (`close_range(3, ~0)`) and open a file of its own under it,
+//! which blocks meant for the profile would then have lengthened.
 
-use core::sync::atomic::{AtomicI32, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
-use crate::profile_file::file_path;
+use crate::profile_file::{file_path, Identity};
 
 pub struct ProfileDescriptor {
-    fd: AtomicI32,
     device: AtomicU64,
     inode: AtomicU64,
-    /// The output folder, to find the file again.
+    /// The output folder, and the process and start time the file is named after.
     dir: Vec<u8>,
+    pid: AtomicU32,
+    start_ns: AtomicU64,
 }
 
 /// The device and inode of what `fd` is open on, if it is open.
@@ -27,73 +32,64 @@ fn file_identity(fd: i32) -> Option<(u64, u64)> {
 }
 
 impl ProfileDescriptor {
-    /// Follows `fd`, the profile file just created in `dir`.
-    pub fn new(fd: i32, dir: &[u8]) -> ProfileDescriptor {
+    /// Follows the profile file of `identity` just created in `dir` and open as `fd`
+    /// (which the caller closes once it has mapped the file).
+    pub fn new(fd: i32, dir: &[u8], identity: &Identity) -> ProfileDescriptor {
         let (device, inode) = file_identity(fd).unwrap_or((0, 0));
         ProfileDescriptor {
-            fd: AtomicI32::new(fd),
             device: AtomicU64::new(device),
             inode: AtomicU64::new(inode),
             dir: dir.to_vec(),
+            pid: AtomicU32::new(identity.pid),
+            start_ns: AtomicU64::new(identity.start_monotonic_ns),
         }
     }
 
     /// Whether `fd` is open on the profile file.
-    pub fn is_profile(&self, fd: i32) -> bool {
+    fn is_profile(&self, fd: i32) -> bool {
         file_identity(fd).is_some_and(|(device, inode)| {
             device == self.device.load(Ordering::Relaxed)
                 && inode == self.inode.load(Ordering::Relaxed)
         })
     }
 
-    /// A descriptor open on the profile file of process `pid` started at `start_ns`: the
-    /// one kept, or, if the program closed it, the file opened again. `None` if it cannot
-    /// be opened (the errno is left set).
-    pub fn get(&self, pid: u32, start_ns: u64) -> Option<i32> {
-        let kept = self.fd.load(Ordering::Acquire);
-        if self.is_profile(kept) {
-            return Some(kept);
-        }
-        let path = file_path(&self.dir, pid, start_ns);
-        // SAFETY: NUL-terminated path; the file exists unless the user removed it.
+    /// Runs `use_fd` with a descriptor open on the profile file, and closes it. `None` if
+    /// the file cannot be opened or is no longer the profile (the errno is then left set).
+    pub fn with_open<R>(&self, use_fd: impl FnOnce(i32) -> R) -> Option<R> {
+        let path = file_path(
+            &self.dir,
+            self.pid.load(Ordering::Relaxed),
+            self.start_ns.load(Ordering::Relaxed),
+        );
+        // SAFETY: NUL-terminated path; the descriptor is closed below.
         let fd = unsafe { libc::open(path.as_ptr().cast(), libc::O_RDWR | libc::O_CLOEXEC) };
         if fd < 0 {
             return None;
         }
-        if !self.is_profile(fd) {
-            // Another file now has the name: the profile is gone.
-            let errno = libc::ENOENT;
-            // SAFETY: closes the descriptor opened above.
-            unsafe { libc::close(fd) };
-            // SAFETY: this thread's errno slot.
-            unsafe { *libc::__errno_location() = errno };
-            return None;
+        let used = if self.is_profile(fd) {
+            Some(use_fd(fd))
+        } else {
+            None
+        };
+        // close may set errno: the caller reads the one `use_fd` or the check left.
+        // SAFETY: this thread's errno slot, read and written back around closing the
+        // descriptor opened above, which nothing else uses.
+        unsafe {
+            let errno = *libc::__errno_location();
+            libc::close(fd);
+            *libc::__errno_location() = if used.is_none() { libc::ENOENT } else { errno };
         }
-        match self
-            .fd
-            .compare_exchange(kept, fd, Ordering::AcqRel, Ordering::Acquire)
-        {
-            Ok(_) => Some(fd),
-            Err(newer) => {
-                // Another thread opened it again first.
-                // SAFETY: closes the descriptor opened above, which nothing else uses.
-                unsafe { libc::close(fd) };
-                Some(newer)
-            }
-        }
+        used
     }
 
-    /// Fork (child): the child's own file, just created as `fd`, replaces the parent's.
-    /// The parent's descriptor, inherited, is closed if it is still the parent's file (the
-    /// program may have reused its number).
-    pub fn adopt(&self, fd: i32) {
-        let parent = self.fd.swap(fd, Ordering::AcqRel);
-        if self.is_profile(parent) {
-            // SAFETY: the parent's profile file, inherited by fork; the child no longer uses it.
-            unsafe { libc::close(parent) };
-        }
+    /// Fork (child): follows the child's own file, of `identity`, just created and open as
+    /// `fd`, in place of the parent's.
+    pub fn adopt(&self, fd: i32, identity: &Identity) {
         let (device, inode) = file_identity(fd).unwrap_or((0, 0));
         self.device.store(device, Ordering::Relaxed);
         self.inode.store(inode, Ordering::Relaxed);
+        self.pid.store(identity.pid, Ordering::Relaxed);
+        self.start_ns
+            .store(identity.start_monotonic_ns, Ordering::Relaxed);
     }
 }

@@ -148,8 +148,14 @@ pub fn last_errno() -> i32 {
 }
 
 impl ProfileFile {
-    /// Maps the new file `fd`, created in the output folder `dir`.
-    pub fn map(fd: i32, layout: Layout, dir: &[u8]) -> Result<ProfileFile, i32> {
+    /// Maps the new file `fd` of `identity`, created in the output folder `dir`. The caller
+    /// closes `fd` (the file is opened again when it needs disk blocks).
+    pub fn map(
+        fd: i32,
+        layout: Layout,
+        dir: &[u8],
+        identity: &Identity,
+    ) -> Result<ProfileFile, i32> {
         // SAFETY: a fresh shared mapping of the whole (sparse) file; the kernel picks the
         // address. It is never unmapped.
         let base = unsafe {
@@ -170,7 +176,7 @@ impl ProfileFile {
         let file = ProfileFile {
             base: base.cast(),
             layout,
-            descriptor: ProfileDescriptor::new(fd, dir),
+            descriptor: ProfileDescriptor::new(fd, dir, identity),
             backed: (0..chunks).map(|_| AtomicU64::new(0)).collect(),
             fresh_chunks_empty: AtomicBool::new(true),
         };
@@ -225,11 +231,11 @@ impl ProfileFile {
         self.base
     }
 
-    /// Switches to a new file mapped at the same address (forked child), all chunks
-    /// unbacked, and closes the parent's (see [`ProfileDescriptor::adopt`]).
-    pub fn adopt(&self, fd: i32) {
+    /// Switches to a new file of `identity`, open as `fd` and mapped at the same address
+    /// (forked child), all chunks unbacked.
+    pub fn adopt(&self, fd: i32, identity: &Identity) {
         self.fresh_chunks_empty.store(false, Ordering::Relaxed);
-        self.descriptor.adopt(fd);
+        self.descriptor.adopt(fd, identity);
         for word in &self.backed {
             word.store(0, Ordering::Relaxed);
         }
@@ -335,36 +341,43 @@ impl ProfileFile {
         }
         let first = offset / CHUNK;
         let last = (offset + len - 1) / CHUNK;
-        for chunk in first..=last {
+        let backed = |chunk: u64| {
             let word = &self.backed[(chunk / 64) as usize];
-            let bit = 1u64 << (chunk % 64);
-            if word.load(Ordering::Relaxed) & bit != 0 {
-                continue;
-            }
-            let start = chunk * CHUNK;
-            let size = CHUNK.min(self.layout.file_size - start);
-            // SAFETY: plain reads of header fields written before tracking started.
-            let (pid, start_ns) =
-                unsafe { ((*self.header()).pid, (*self.header()).start_monotonic_ns) };
-            let Some(fd) = self.descriptor.get(pid, start_ns) else {
-                return false;
-            };
-            // SAFETY: fd is open on this process's profile file (checked by `get`); the range
-            // lies inside its size.
-            let status =
-                unsafe { libc::fallocate(fd, 0, start as libc::off_t, size as libc::off_t) };
-            if status != 0 {
-                let errno = last_errno();
-                if errno != libc::EOPNOTSUPP && errno != libc::EINTR {
-                    return false;
-                }
-            }
-            if populate() {
-                populate_with_zeros(fd, start, size);
-            }
-            word.fetch_or(bit, Ordering::Relaxed);
+            (word, 1u64 << (chunk % 64))
+        };
+        let all_backed = (first..=last).all(|chunk| {
+            let (word, bit) = backed(chunk);
+            word.load(Ordering::Relaxed) & bit != 0
+        });
+        if all_backed {
+            return true;
         }
-        true
+        let back_each = |fd: i32| {
+            for chunk in first..=last {
+                let (word, bit) = backed(chunk);
+                if word.load(Ordering::Relaxed) & bit != 0 {
+                    continue;
+                }
+                let start = chunk * CHUNK;
+                let size = CHUNK.min(self.layout.file_size - start);
+                // SAFETY: fd is open on this process's profile file (checked by `with_open`);
+                // the range lies inside its size.
+                let status =
+                    unsafe { libc::fallocate(fd, 0, start as libc::off_t, size as libc::off_t) };
+                if status != 0 {
+                    let errno = last_errno();
+                    if errno != libc::EOPNOTSUPP && errno != libc::EINTR {
+                        return false;
+                    }
+                }
+                if populate() {
+                    populate_with_zeros(fd, start, size);
+                }
+                word.fetch_or(bit, Ordering::Relaxed);
+            }
+            true
+        };
+        self.descriptor.with_open(back_each).unwrap_or(false)
     }
 }
 
@@ -378,8 +391,8 @@ impl ProfileFile {
 /// thousands of pages of stacks and frames.
 ///
 /// Only while the process has one thread: then nothing can close the descriptor between
-/// its check (`ProfileDescriptor::get`) and this write and open a file of the program's
-/// under the same number, which would receive the zeros.
+/// its opening (`ProfileDescriptor::with_open`) and this write and open a file of the
+/// program's under the same number, which would receive the zeros.
 fn populate_with_zeros(fd: i32, start: u64, size: u64) {
     static ZEROS: [u8; CHUNK as usize] = [0; CHUNK as usize];
     let mut done = 0u64;

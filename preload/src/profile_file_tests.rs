@@ -9,6 +9,7 @@ const STACKS: u64 = 4096;
 
 struct Scratch {
     file: ProfileFile,
+    identity: Identity,
     path: std::path::PathBuf,
     dir: std::path::PathBuf,
 }
@@ -29,7 +30,7 @@ fn scratch(tag: &str) -> Scratch {
     let identity = Identity::of_this_process(8);
     let dir_bytes = dir.as_os_str().as_encoded_bytes();
     let fd = create_file(dir_bytes, &identity, &layout).unwrap();
-    let file = ProfileFile::map(fd, layout, dir_bytes).unwrap();
+    let file = ProfileFile::map(fd, layout, dir_bytes, &identity).unwrap();
     file.write_header(&identity);
     let path = std::fs::read_dir(dir.join(RAW_DIR))
         .unwrap()
@@ -37,7 +38,12 @@ fn scratch(tag: &str) -> Scratch {
         .unwrap()
         .unwrap()
         .path();
-    Scratch { file, path, dir }
+    Scratch {
+        file,
+        identity,
+        path,
+        dir,
+    }
 }
 
 /// Record `id`'s 128 bytes, as the mapping shows them.
@@ -127,6 +133,8 @@ fn a_file_adopted_by_a_forked_child_is_never_populated() {
     // SAFETY: a NUL-terminated path of an existing file.
     let fd = unsafe { libc::open(path.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
     assert!(fd >= 0);
-    file.adopt(fd);
+    file.adopt(fd, &scratch.identity);
+    // SAFETY: closes the descriptor opened above.
+    unsafe { libc::close(fd) };
     assert!(!file.fresh_chunks_empty.load(Ordering::Relaxed));
 }

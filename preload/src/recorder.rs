@@ -28,11 +28,13 @@ impl Recorder {
         let first = shrink_within_file_limit(&config)?;
         let layout = layout_for(&config, first).ok_or(libc::EOVERFLOW)?;
         let fd = profile_file::create_file(&config.output_dir, identity, &layout)?;
-        let (file, shrink) = match map_within_address_space(fd, &config, first) {
+        let mapped = map_within_address_space(fd, &config, first, identity);
+        // SAFETY: closes the fd opened above: the mapping keeps the file, and backing it
+        // opens it again by its path (`profile_fd`).
+        unsafe { libc::close(fd) };
+        let (file, shrink) = match mapped {
             Ok(mapped) => mapped,
             Err(errno) => {
-                // SAFETY: closes the fd opened above, which nothing else uses.
-                unsafe { libc::close(fd) };
                 profile_file::remove_file(&config.output_dir, identity);
                 return Err(errno);
             }
@@ -234,6 +236,7 @@ fn map_within_address_space(
     fd: i32,
     config: &Config,
     first: u32,
+    identity: &Identity,
 ) -> Result<(ProfileFile, u32), i32> {
     let mut shrink = first;
     loop {
@@ -242,7 +245,7 @@ fn map_within_address_space(
         if shrink > first && unsafe { libc::ftruncate(fd, layout.file_size as libc::off_t) } != 0 {
             return Err(profile_file::last_errno());
         }
-        match ProfileFile::map(fd, layout, &config.output_dir) {
+        match ProfileFile::map(fd, layout, &config.output_dir, identity) {
             Err(libc::ENOMEM) if shrink < MAX_SHRINK => shrink += 1,
             mapped => return mapped.map(|file| (file, shrink)),
         }
