@@ -145,6 +145,17 @@ fn libmemwarden_is_prepended_to_an_existing_ld_preload() {
     assert_eq!(p.live("preload_alloc"), 4321000, "{}", p.describe());
 }
 
+/// Allocates 48 bytes from a stack `depth` frames deep: a thousand depths make enough
+/// distinct stacks for the profile to need more disk blocks.
+const CHURN_BLOCK: &str = r#"
+NOINLINE void *churn_block(int depth) {
+    if (depth == 0) return malloc(48);
+    void *p = churn_block(depth - 1);
+    keep(p);
+    return p;
+}
+"#;
+
 /// GIVEN a program that closes every descriptor above stderr (as daemons and test runners
 /// do), opens a file of its own (which gets the lowest free number, the profile's old one)
 /// and writes 5 bytes to it, then allocates from a thousand distinct stacks (enough for the
@@ -155,12 +166,6 @@ const CLOSES_DESCRIPTORS: &str = r#"
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <stdio.h>
-NOINLINE void *churn_block(int depth) {
-    if (depth == 0) return malloc(48);
-    void *p = churn_block(depth - 1);
-    keep(p);
-    return p;
-}
 NOINLINE void *after_close_block(void) { return malloc(77777); }
 int main(int argc, char **argv) {
     (void)argc;
@@ -183,7 +188,10 @@ int main(int argc, char **argv) {
 #[test]
 fn a_program_that_closes_the_profiles_descriptor_is_tracked_and_its_files_kept_intact() {
     let scratch = Scratch::new("closes_descriptors");
-    let prog = scratch.compile("closes_descriptors", CLOSES_DESCRIPTORS);
+    let prog = scratch.compile(
+        "closes_descriptors",
+        &format!("{CHURN_BLOCK}{CLOSES_DESCRIPTORS}"),
+    );
     let own_file = scratch.path().join("own.txt");
     let own = own_file.to_str().expect("UTF-8 path");
 
@@ -211,12 +219,6 @@ fn a_program_that_closes_the_profiles_descriptor_is_tracked_and_its_files_kept_i
 const KEEPS_DESCRIPTORS: &str = r#"
 #include <fcntl.h>
 #include <stdio.h>
-NOINLINE void *churn_block(int depth) {
-    if (depth == 0) return malloc(48);
-    void *p = churn_block(depth - 1);
-    keep(p);
-    return p;
-}
 NOINLINE void *fd_check_block(void) { return malloc(55555); }
 static void list_open(char *out, size_t size, int skip) {
     out[0] = 0;
@@ -247,7 +249,10 @@ int main(int argc, char **argv) {
 #[test]
 fn the_profile_takes_no_descriptor_of_the_program_not_even_a_closed_stdin() {
     let scratch = Scratch::new("keeps_descriptors");
-    let prog = scratch.compile("keeps_descriptors", KEEPS_DESCRIPTORS);
+    let prog = scratch.compile(
+        "keeps_descriptors",
+        &format!("{CHURN_BLOCK}{KEEPS_DESCRIPTORS}"),
+    );
 
     let run = profile(&scratch, &[prog.arg()]);
 
