@@ -239,8 +239,11 @@ int main(int argc, char **argv) {
     for (int depth = 0; depth < 1000; depth++) free(churn_block(depth));
     void *held = fd_check_block();
     list_open(after, sizeof after, -1);
-    say(strcmp(after, argv[1]) == 0 ? "same descriptors\n" : "other descriptors: ");
-    if (strcmp(after, argv[1]) != 0) { say(after); say(" before: "); say(argv[1]); say("\n"); }
+    if (strcmp(after, argv[1]) == 0) {
+        say("same descriptors\n");
+    } else {
+        say("other descriptors: "); say(after); say(" before: "); say(argv[1]); say("\n");
+    }
     free(held);
     return 0;
 }
