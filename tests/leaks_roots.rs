@@ -1,6 +1,7 @@
 //! `memwarden run --leak-check`, one root kind per program: a block held only by that root
 //! (a global, another thread's stack while it runs, another thread's register, static TLS,
-//! dynamic TLS of a dlopen'ed library, `pthread_setspecific`) is not leaked; the same
+//! dynamic TLS of a dlopen'ed library, `pthread_setspecific`, a private file mapping) is
+//! not leaked; the same
 //! program dropping its only pointer leaks it, definitely. Every figure is checked against
 //! Valgrind memcheck on the same program.
 
@@ -174,6 +175,32 @@ int main(int argc, char **argv) {
     pthread_key_create(&key, NULL);
     pthread_setspecific(key, make_block());
     if (dropping(argc, argv)) pthread_setspecific(key, NULL);
+    scrub();
+    return 0;
+}
+"#,
+        &[],
+    );
+}
+
+/// As the JVM's class-data archive does: a file mapped private and writable holds the only
+/// pointer. The mapping is four pages over a one-page file, so three of its pages raise
+/// SIGBUS when read: the check must skip them, not die on them.
+#[test]
+fn a_private_file_mapping_past_its_files_end_holds_a_block() {
+    check_root(
+        "file_mapping",
+        r#"
+#include <sys/mman.h>
+int main(int argc, char **argv) {
+    char path[] = "/tmp/memwarden-file-root-XXXXXX";
+    int fd = mkstemp(path);
+    if (fd < 0 || unlink(path) != 0 || ftruncate(fd, 4096) != 0) return 3;
+    void *volatile *mapping = mmap(NULL, 4 * 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
+    if (mapping == MAP_FAILED) return 4;
+    close(fd);
+    mapping[100] = make_block();
+    if (dropping(argc, argv)) mapping[100] = NULL;
     scrub();
     return 0;
 }

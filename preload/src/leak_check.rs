@@ -21,6 +21,7 @@ use memwarden_abi::{guard_mode, leak_status, Header, LeakRecord};
 use crate::config::{LEAK_CHECK, LEAK_VIEW};
 use crate::leak_blocks::{self, Interval};
 use crate::leak_classify::{kind_of, Block, Marker};
+use crate::leak_file_roots::FileRootReader;
 use crate::leak_index::{self, BlockIndex, Region};
 use crate::leak_maps;
 use crate::leak_roots;
@@ -141,9 +142,12 @@ fn check(recorder: &Recorder, sp: u64, registers: &[u64]) -> Option<u32> {
         excluded_all[count] = *interval;
         count += 1;
     }
-    let stack_pointers = threads.iter().map(|t| t.sp).chain(core::iter::once(sp));
-    for thread_sp in stack_pointers {
-        if let Some(stale) = leak_roots::below_stack_pointer(&maps, thread_sp) {
+    let stack_pointers = threads
+        .iter()
+        .map(|t| (t.sp, leak_roots::RED_ZONE))
+        .chain(core::iter::once((sp, 0)));
+    for (thread_sp, below) in stack_pointers {
+        if let Some(stale) = leak_roots::below_stack_pointer(&maps, thread_sp, below) {
             if count < excluded_all.len() {
                 excluded_all[count] = stale;
                 count += 1;
@@ -176,12 +180,19 @@ fn check(recorder: &Recorder, sp: u64, registers: &[u64]) -> Option<u32> {
 
     let mut mark_stack = ScratchArray::<u32>::new(block_count * 2 + 1)?;
     let mut marker = Marker::new(blocks, mark_stack.as_mut_slice(), lsan, Some(index));
+    let mut files = FileRootReader::new()?;
     leak_roots::scan_memory_roots(
         &mut marker,
         &maps,
         &segments.as_slice()[..segment_count],
         &excluded_all[..count],
+        &mut files,
     );
+    if files.refused() {
+        crate::log::say(&[
+            b"leak check: the kernel refused to read private file mappings; blocks held only from them are reported lost",
+        ]);
+    }
     marker.scan_values(registers);
     for thread in threads {
         marker.scan_values(&thread.registers);

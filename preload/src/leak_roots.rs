@@ -7,14 +7,15 @@
 //!   less x86_64's 128-byte red zone, to the end of its mapping, which covers a thread's
 //!   static TLS and its `pthread_setspecific` slots), the main thread's TLS, interpreter
 //!   arenas such as Python's;
+//! - every other private read-write file mapping (the JVM's class-data archive), read
+//!   through the kernel ([`crate::leak_file_roots`]) as it may reach past its file's end;
 //! - and, separately, every thread's saved registers.
 //!
-//! File mappings that are not module segments are left out: reading past the end of a
-//! truncated file would raise SIGBUS. Shared mappings are left out as memcheck does not
-//! expect program pointers there (memwarden's profile file is one).
+//! Shared mappings are left out (memwarden's profile file is one).
 
 use crate::leak_blocks::Interval;
 use crate::leak_classify::Marker;
+use crate::leak_file_roots::FileRootReader;
 use crate::leak_maps::{vma, Maps};
 use crate::own_regions;
 
@@ -88,54 +89,75 @@ pub fn sort_and_merge(intervals: &mut [Interval]) -> usize {
     kept
 }
 
-/// The part of a thread's stack mapping below its live stack: `[mapping start, sp − red
-/// zone)`, stale frames that are not roots.
-pub fn below_stack_pointer(maps: &Maps, sp: u64) -> Option<Interval> {
+/// The part of a thread's stack mapping below its live stack: `[mapping start, sp −
+/// below)`, stale frames that are not roots. `below` is [`RED_ZONE`] for a thread stopped
+/// anywhere (a leaf function may keep data under its stack pointer), 0 for the thread that
+/// runs the check: what lies under its noted stack pointer is the check's own frames.
+pub fn below_stack_pointer(maps: &Maps, sp: u64, below: u64) -> Option<Interval> {
     let v = maps.containing(sp)?;
     if !v.has(vma::ANONYMOUS) || v.has(vma::HEAP) {
         return None;
     }
     Some(Interval {
         start: v.start,
-        end: sp.saturating_sub(RED_ZONE).max(v.start),
+        end: sp.saturating_sub(below).max(v.start),
     })
 }
 
-/// Scans every root range: private read-write memory, anonymous or a module's writable
-/// segment, minus the sorted, merged `excluded` ranges.
+/// Scans every root range: private read-write memory (anonymous, a module's writable
+/// segment, or another file mapping, read through `files`), minus the sorted, merged
+/// `excluded` ranges.
 pub fn scan_memory_roots(
     marker: &mut Marker,
     maps: &Maps,
     modules: &[Interval],
     excluded: &[Interval],
+    files: &mut FileRootReader,
 ) {
+    let direct = |marker: &mut Marker, start: u64, end: u64| {
+        pieces_outside(start, end, excluded, |from, to| {
+            // SAFETY: a piece of a readable, writable mapping listed in /proc/self/maps
+            // while every other thread is stopped, anonymous or within a module's
+            // segment (which the loader mapped from the file); this thread does not
+            // unmap it.
+            unsafe { marker.scan_root(from, to) };
+        });
+    };
     for v in maps.as_slice().iter().filter(|v| v.is_private_data()) {
         if v.has(vma::ANONYMOUS) {
-            scan_outside(marker, v.start, v.end, excluded);
+            direct(marker, v.start, v.end);
             continue;
         }
-        // A file mapping: only where a module's writable segment lies.
+        // A file mapping: where a module's writable segment lies, read directly; the rest
+        // through the kernel, as it may lie past the end of its file.
+        let mut at = v.start;
         let first = modules.partition_point(|m| m.end <= v.start);
         for m in modules[first..].iter().take_while(|m| m.start < v.end) {
-            scan_outside(marker, m.start.max(v.start), m.end.min(v.end), excluded);
+            let (from, to) = (m.start.max(v.start), m.end.min(v.end));
+            if from > at {
+                pieces_outside(at, from, excluded, |a, b| files.scan(marker, a, b));
+            }
+            direct(marker, from, to);
+            at = at.max(to);
+        }
+        if at < v.end {
+            pieces_outside(at, v.end, excluded, |a, b| files.scan(marker, a, b));
         }
     }
 }
 
-/// Scans `[start, end)` minus the `excluded` ranges.
-fn scan_outside(marker: &mut Marker, start: u64, end: u64, excluded: &[Interval]) {
+/// Calls `each` with the pieces of `[start, end)` outside the sorted, merged `excluded`
+/// ranges, in order.
+fn pieces_outside(start: u64, end: u64, excluded: &[Interval], mut each: impl FnMut(u64, u64)) {
     let mut at = start;
     let first = excluded.partition_point(|e| e.end <= start);
     for e in excluded[first..].iter().take_while(|e| e.start < end) {
         if e.start > at {
-            // SAFETY: a piece of a readable, writable mapping listed in /proc/self/maps
-            // while every other thread is stopped; this thread does not unmap it.
-            unsafe { marker.scan_root(at, e.start) };
+            each(at, e.start);
         }
         at = at.max(e.end);
     }
     if at < end {
-        // SAFETY: as above.
-        unsafe { marker.scan_root(at, end) };
+        each(at, end);
     }
 }

@@ -41,6 +41,7 @@ mod injection;
 mod leak_blocks;
 mod leak_check;
 mod leak_classify;
+mod leak_file_roots;
 mod leak_index;
 mod leak_maps;
 mod leak_roots;
