@@ -1,5 +1,6 @@
 //! Programs without heap bugs report no error in any guard mode, and give the same output
-//! as without memwarden: a small C++ program using every allocation function, the sqlite3
+//! as without memwarden: a small C++ program using every allocation function (and every
+//! byte `pvalloc` and `malloc_usable_size` say it may), the sqlite3
 //! shell on a generated script, and NumPy.
 
 mod common;
@@ -23,6 +24,7 @@ const MODES: [(&[&str], &str); 4] = [
 /// over-aligned forms too), fills what it allocates, keeps some of it to the end, and
 /// prints a checksum.
 const CORRECT: &str = r#"
+#include <malloc.h>
 #include <new>
 #include <vector>
 #include <string>
@@ -60,6 +62,17 @@ NOINLINE unsigned long work() {
         free(m); free(c); free(a); free(pm);
         delete[] array;
         if (i % 3 == 0) { Node *drop = list; list = list->next; delete drop; }
+        if (i % 50 == 0) {
+            // pvalloc's block is whole pages, and a block's usable size is the program's.
+            size_t asked = 1000 + n;
+            char *pages = static_cast<char *>(pvalloc(asked));
+            memset(pages, 4, (asked + 4095) / 4096 * 4096);
+            char *usable = static_cast<char *>(malloc(n));
+            memset(usable, 5, malloc_usable_size(usable));
+            sum += (unsigned char)pages[4095] + (unsigned char)usable[n - 1];
+            free(pages);
+            free(usable);
+        }
     }
     for (const std::string &w : words) sum += w.size();
     while (list) { Node *next = list->next; delete list; list = next; }

@@ -29,7 +29,6 @@ pub enum Source {
     Calloc,
     Aligned(usize),
     Valloc,
-    Pvalloc,
 }
 
 pub fn page_size() -> usize {
@@ -53,7 +52,6 @@ pub fn from_glibc(source: Source, size: usize) -> *mut c_void {
             Source::Calloc => real::__libc_calloc(1, size),
             Source::Aligned(alignment) => real::__libc_memalign(alignment, size),
             Source::Valloc => real::__libc_valloc(size),
-            Source::Pvalloc => real::__libc_pvalloc(size),
         }
     }
 }
@@ -75,10 +73,6 @@ fn tracked_layout(source: Source, size: usize) -> Option<(usize, Source, usize)>
             (alignment, Source::Aligned(alignment), size)
         }
         Source::Valloc => (page_size(), Source::Aligned(page_size()), size),
-        Source::Pvalloc => {
-            let rounded = size.checked_next_multiple_of(page_size())?.max(page_size());
-            (page_size(), Source::Aligned(page_size()), rounded)
-        }
     };
     Some((offset, glibc, payload.checked_add(offset)?))
 }

@@ -9,7 +9,7 @@ use memwarden_abi::failed_function;
 
 use crate::block_header;
 use crate::guard::{self, Family};
-use crate::hooks::{allocate, reallocate, release, valid_posix_alignment, Source};
+use crate::hooks::{allocate, page_size, reallocate, release, valid_posix_alignment, Source};
 use crate::hooks_guarded;
 use crate::real::{self, SavedErrno};
 use crate::unwind::Caller;
@@ -265,11 +265,21 @@ export_with_caller!(
     pvalloc => pvalloc_body, entry_sp: "rsi", bp: "rdx"
 );
 extern "C" fn pvalloc_body(size: usize, entry_sp: u64, bp: u64) -> *mut c_void {
+    // pvalloc's block is whole pages, all of them the program's: the rounded size is the
+    // one charged, guarded and told by malloc_usable_size.
+    let page = page_size();
+    let Some(pages) = size
+        .checked_next_multiple_of(page)
+        .map(|bytes| bytes.max(page))
+    else {
+        real::set_errno(libc::ENOMEM);
+        return core::ptr::null_mut();
+    };
     allocate(
         caller(entry_sp, bp),
         failed_function::PVALLOC,
-        Source::Pvalloc,
-        size,
+        Source::Valloc,
+        pages,
     )
 }
 

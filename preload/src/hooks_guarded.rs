@@ -50,7 +50,7 @@ pub fn allocate(
                 return Outcome::NoMemory;
             }
         },
-        Source::Valloc | Source::Pvalloc => (page_size(), false),
+        Source::Valloc => (page_size(), false),
     };
     let block = header_guard.allocate(size, alignment, zeroed, family_of(function), stack);
     if block.is_null() {
@@ -177,7 +177,7 @@ pub fn allocate_paged(
     };
     let alignment = match source {
         Source::Aligned(alignment) => alignment.checked_next_power_of_two().unwrap_or(usize::MAX),
-        Source::Valloc | Source::Pvalloc => page_size(),
+        Source::Valloc => page_size(),
         Source::Malloc | Source::Calloc => 16,
     };
     // Fresh pages are zeroed, so calloc needs nothing more.

@@ -12,7 +12,6 @@ extern "C" {
     pub fn __libc_free(block: *mut c_void);
     pub fn __libc_memalign(alignment: usize, size: usize) -> *mut c_void;
     pub fn __libc_valloc(size: usize) -> *mut c_void;
-    pub fn __libc_pvalloc(size: usize) -> *mut c_void;
     fn dlvsym(handle: *mut c_void, symbol: *const c_char, version: *const c_char) -> *mut c_void;
 }
 
