@@ -25,7 +25,7 @@
 pub mod analysis;
 mod error;
 mod exit;
-mod parallel;
+pub mod parallel;
 pub mod profile;
 pub mod python;
 pub mod report;

@@ -5,7 +5,63 @@
 //! the report.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
+use std::thread::{Scope, ScopedJoinHandle};
+
+/// Work started on a thread of a scope, or done already on the calling thread because no
+/// thread could be started (a tight `ulimit -v` leaves no room for another stack, or the
+/// process is at its thread limit): the report is the same, only slower.
+pub enum Task<'scope, T> {
+    /// Running on its own thread.
+    Thread(ScopedJoinHandle<'scope, Option<T>>),
+    /// Run on the calling thread, with this result.
+    Done(T),
+}
+
+impl<T> Task<'_, T> {
+    /// The work's result; a panic in its thread goes on in the caller.
+    pub fn join(self) -> T {
+        match self {
+            Task::Thread(thread) => match thread.join() {
+                Ok(Some(result)) => result,
+                // The thread always finds the work: only a thread that failed to start
+                // leaves it to the caller, and then there is no thread to join.
+                Ok(None) => unreachable!("a started thread always runs its work"),
+                Err(panic) => std::panic::resume_unwind(panic),
+            },
+            Task::Done(result) => result,
+        }
+    }
+}
+
+/// Runs `work` on a new thread of `scope`, or on this one if no thread can be started.
+pub fn spawn_or_run<'scope, T: Send + 'scope>(
+    scope: &'scope Scope<'scope, '_>,
+    work: impl FnOnce() -> T + Send + 'scope,
+) -> Task<'scope, T> {
+    let slot = Arc::new(Mutex::new(Some(work)));
+    let theirs = Arc::clone(&slot);
+    let started = std::thread::Builder::new().spawn_scoped(scope, move || {
+        let work = theirs
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .take();
+        work.map(|work| work())
+    });
+    match started {
+        Ok(thread) => Task::Thread(thread),
+        Err(_) => {
+            let work = slot
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .take();
+            match work {
+                Some(work) => Task::Done(work()),
+                None => unreachable!("a thread that failed to start ran nothing"),
+            }
+        }
+    }
+}
 
 /// `work` applied to each of `items`, the results in the items' order. The items are
 /// shared among as many threads as the machine has cores (never more than there are
@@ -21,7 +77,8 @@ pub(crate) fn map_in_order<T: Sync, R: Send>(items: &[T], work: impl Fn(&T) -> R
     let done: Mutex<Vec<(usize, R)>> = Mutex::new(Vec::with_capacity(items.len()));
     std::thread::scope(|scope| {
         for _ in 0..threads {
-            scope.spawn(|| loop {
+            // A thread that cannot be started takes its share on this one.
+            spawn_or_run(scope, || loop {
                 let index = next.fetch_add(1, Ordering::Relaxed);
                 let Some(item) = items.get(index) else {
                     break;

@@ -6,6 +6,7 @@
 //! - in a small address space (`ulimit -v`): the profile file is sparse, but its mapping
 //!   counts in full against `RLIMIT_AS`, so the preload maps it with smaller capacities,
 //!   says so, and profiles the process all the same;
+//! - with memwarden itself under the address-space limit, which its report must fit in;
 //! - out of address space altogether, by a limit the program sets itself: memwarden's own
 //!   next allocation is refused too, so tracking stops, says why, and the program runs on.
 
@@ -141,6 +142,40 @@ fn a_process_with_a_small_address_space_is_profiled_with_smaller_capacities() {
     profiled_under_limit(&scratch, "address_space", "-v 400000", |limited| {
         assert_eq!(limited.allocations("limited_block"), 1);
     });
+}
+
+/// GIVEN the whole `memwarden run` command under the shell's `ulimit -v 150000`, so that
+/// memwarden's own process has the limit too: each of the report's threads took a glibc
+/// heap of its own, 64 MiB of address space apiece, and the report ran out and aborted.
+/// THEN the program runs as before, memwarden exits with its status, and the report holds
+/// the block's exact bytes at the peak.
+#[test]
+fn memwarden_itself_under_an_address_space_limit_writes_its_report() {
+    let scratch = Scratch::new("cli_address_space");
+    let program = scratch.compile("cli_limited", LIMITED);
+    let out = scratch.out_dir();
+    let script = format!(
+        "ulimit -v 150000 && exec {} run -o {} -- {}",
+        memwarden().display(),
+        out.display(),
+        program.arg()
+    );
+    let output = std::process::Command::new("/bin/sh")
+        .args(["-c", &script])
+        .output()
+        .expect("run /bin/sh");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    assert_eq!(String::from_utf8_lossy(&output.stdout), "allocated\n");
+    let report = common::report::Report::load(&out.join("report.json"))
+        .unwrap_or_else(|e| panic!("no report ({e}): {stderr}"));
+    let limited = report.process_of(program.arg());
+    assert_eq!(
+        limited.at_peak("limited_block"),
+        700 * KIB + 9,
+        "{}",
+        limited.describe()
+    );
 }
 
 #[test]

@@ -31,6 +31,26 @@ use std::process::ExitCode;
 
 use args::Command;
 
+/// Under an address-space limit (`ulimit -v`, which the target and memwarden share), glibc
+/// keeps one heap for all of memwarden's threads: each further heap reserves 64 MiB of
+/// address space, and three threads reporting at once ran a 200 MB limit out and aborted
+/// the report. Without a limit, nothing changes.
+fn fit_address_space_limit() {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes into the struct passed; mallopt only sets a malloc
+    // parameter, before any other thread exists.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_AS, &mut limit) == 0
+            && limit.rlim_cur != libc::RLIM_INFINITY
+        {
+            libc::mallopt(libc::M_ARENA_MAX, 1);
+        }
+    }
+}
+
 /// Exit status of a refused command line or target.
 const USAGE_STATUS: u8 = 2;
 /// Exit status of `report` on unreadable input.
@@ -39,6 +59,7 @@ const REPORT_FAILED_STATUS: u8 = 1;
 const SWEEP_FOUND_STATUS: u8 = 1;
 
 fn main() -> ExitCode {
+    fit_address_space_limit();
     let command = match args::parse(std::env::args_os().skip(1).collect()) {
         Ok(command) => command,
         Err(e) => return fail(&e.to_string(), USAGE_STATUS),

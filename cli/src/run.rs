@@ -11,6 +11,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use memwarden::parallel::spawn_or_run;
 use memwarden::profile::OutputDir;
 use memwarden::report::warm::Ahead;
 use memwarden::report::Generated;
@@ -153,9 +154,9 @@ pub fn run(args: &RunArgs, colour: bool) -> Result<i32, String> {
     // Once loaded, the report no longer reads the profiles: they are compacted meanwhile.
     let loaded = memwarden::profile::load_dir(&out_dir);
     let rendered = std::thread::scope(|scope| {
-        scope.spawn(|| compact_profiles(&out_dir));
+        spawn_or_run(scope, || compact_profiles(&out_dir));
         if let (Some(_), Some(kept)) = (&python, &kept_bytecode) {
-            scope.spawn(|| python_bytecode::keep(&out_dir, kept));
+            spawn_or_run(scope, || python_bytecode::keep(&out_dir, kept));
         }
         let options = memwarden::report::Options {
             top: args.top,

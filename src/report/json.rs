@@ -13,7 +13,7 @@ use super::leaks::{LeakCheckReport, LeakReport, LeakSummary};
 use super::warm::{Ahead, ProcessAhead, Shown};
 use super::{errors, failures, frames, site};
 use crate::analysis::{ExitSource, Process, StackFigures, Totals};
-use crate::parallel::map_in_order;
+use crate::parallel::{map_in_order, spawn_or_run};
 use crate::profile::python_version_text;
 use crate::python::{Category, NumpyFigures};
 pub use crate::symbolize::FrameKind;
@@ -291,7 +291,7 @@ fn process(
         // The site keys hash every frame byte by byte (about 90 ms for 77,000 stacks of 40
         // frames): those the look-ahead did not find are done on another core while the
         // frames are shown.
-        let sites = scope.spawn(|| site::site_keys(profile, &p.stacks, &shown_ahead));
+        let sites = spawn_or_run(scope, || site::site_keys(profile, &p.stacks, &shown_ahead));
         let stacks: Vec<StackReport> = p
             .stacks
             .iter()
@@ -299,7 +299,7 @@ fn process(
             .collect();
         stacks
             .into_iter()
-            .zip(super::joined(sites))
+            .zip(sites.join())
             .map(|(stack, site)| StackReport { site, ..stack })
             .collect()
     });

@@ -23,6 +23,7 @@ use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 use crate::analysis::analyze;
+use crate::parallel::{spawn_or_run, Task};
 use crate::profile::{load_dir, OutputDir};
 use crate::symbolize::Symbolizer;
 use crate::Error;
@@ -119,7 +120,7 @@ pub fn generate_loaded(
     options.leak_gate.mark_suppressed(&mut report);
     let cache_writes = symbolizer.disk_cache_writes();
     let files = std::thread::scope(|scope| {
-        scope.spawn(|| cache_writes.save());
+        spawn_or_run(scope, || cache_writes.save());
         write_files(dir, &report)
     })?;
 
@@ -205,7 +206,7 @@ pub fn write_files(dir: &Path, report: &Report) -> Result<Vec<PathBuf>, Error> {
         if processes == 1 { "" } else { "es" }
     );
     std::thread::scope(|scope| {
-        let json = scope.spawn(|| {
+        let json = spawn_or_run(scope, || {
             write_file(&json_path, |out| {
                 serde_json::to_writer(&mut *out, report)?;
                 out.write_all(b"\n")
@@ -219,26 +220,21 @@ pub fn write_files(dir: &Path, report: &Report) -> Result<Vec<PathBuf>, Error> {
                 .flat_map(|measure| {
                     let (collapsed, subtitle) = (&collapsed, &subtitle);
                     [
-                        scope.spawn(move || write_folded(dir, collapsed, measure)),
-                        scope.spawn(move || write_graph(dir, collapsed, measure, subtitle)),
+                        spawn_or_run(scope, move || write_folded(dir, collapsed, measure)),
+                        spawn_or_run(scope, move || {
+                            write_graph(dir, collapsed, measure, subtitle)
+                        }),
                     ]
                 })
                 .collect();
-            threads.into_iter().map(joined).collect::<Vec<_>>()
+            threads.into_iter().map(Task::join).collect::<Vec<_>>()
         });
-        let mut files = vec![joined(json)?];
+        let mut files = vec![json.join()?];
         for file in written {
             files.push(file?);
         }
         Ok(files)
     })
-}
-
-/// What a writing thread returned (a panic in it goes on in the caller).
-fn joined<T>(thread: std::thread::ScopedJoinHandle<'_, T>) -> T {
-    thread
-        .join()
-        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
 }
 
 /// Writes `<measure>.folded`; returns its path.
