@@ -3,10 +3,10 @@
 //! - the writable segments of every loaded module (listed with `dl_iterate_phdr` *before*
 //!   the other threads stop, since it takes the loader's lock, which a stopped thread may
 //!   hold), their `.bss` included;
-//! - every anonymous read-write mapping: thread stacks (from each thread's stack pointer,
-//!   less x86_64's 128-byte red zone, to the end of its mapping, which covers a thread's
-//!   static TLS and its `pthread_setspecific` slots), the main thread's TLS, interpreter
-//!   arenas such as Python's;
+//! - every anonymous read-write mapping: thread stacks (from each stopped thread's stack
+//!   pointer less x86_64's 128-byte red zone, or the exiting thread's noted one, to the end
+//!   of its mapping, which covers a thread's static TLS and its `pthread_setspecific`
+//!   slots), the main thread's TLS, interpreter arenas such as Python's;
 //! - every other private read-write file mapping (the JVM's class-data archive), read
 //!   through the kernel ([`crate::leak_file_roots`]) as it may reach past its file's end;
 //! - and, separately, every thread's saved registers.
