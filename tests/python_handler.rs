@@ -39,12 +39,14 @@ fn value<'a>(stdout: &'a str, key: &str) -> Vec<&'a str> {
         .collect()
 }
 
-/// The script run by `python` without memwarden, with `user_path` as its `PYTHONPATH`.
-fn run_bare(python: &Path, script: &Script, user_path: &str, scratch: &Scratch) -> Outcome {
+/// The script run bare, with `PYTHONPATH` set to `user_path`, or unset.
+fn run_bare(python: &Path, script: &Script, user_path: Option<&str>, scratch: &Scratch) -> Outcome {
     let mut bare = std::process::Command::new(python);
-    bare.arg(script.arg())
-        .env("PYTHONPATH", user_path)
-        .current_dir(scratch.path());
+    bare.arg(script.arg()).current_dir(scratch.path());
+    match user_path {
+        Some(path) => bare.env("PYTHONPATH", path),
+        None => bare.env_remove("PYTHONPATH"),
+    };
     run_watched(bare, None, WATCHDOG, scratch)
 }
 
@@ -100,7 +102,7 @@ fn arrays_get_memwardens_handler_in_every_thread_and_the_users_sitecustomize_run
     );
 
     // Bare, with the same PYTHONPATH: the same sys.path and sitecustomize, NumPy's handler.
-    let bare = run_bare(&python, &script, user_path, &scratch);
+    let bare = run_bare(&python, &script, Some(user_path), &scratch);
     assert_success(&bare, "the script bare");
     let bare_stdout = bare.stdout_text();
     assert_eq!(value(&bare_stdout, "main"), ["default_allocator"]);
@@ -112,19 +114,28 @@ fn arrays_get_memwardens_handler_in_every_thread_and_the_users_sitecustomize_run
 }
 
 #[test]
-fn without_a_user_sitecustomize_there_is_none_and_an_error_in_one_shows_as_python_shows_it() {
+fn without_a_user_sitecustomize_python_finds_its_own_and_an_error_in_one_shows_as_python_shows_it()
+{
     let Some(python) = venv_python("numpy") else {
         return;
     };
     let scratch = Scratch::new("python_user_site");
     let script = Script::new(&scratch, "handler.py", SCRIPT);
 
-    // No PYTHONPATH at all: memwarden's module is not left behind as `sitecustomize`.
+    // No PYTHONPATH at all: memwarden's module is not left behind as `sitecustomize`; the
+    // one Python finds bare (none, or the system's, as Debian's Python has) is the one.
     let run = run_script(&scratch, &python, &script, &[], &[]);
     assert_success(&run.outcome, "the script under memwarden");
     let stdout = run.outcome.stdout_text();
     assert_eq!(value(&stdout, "main"), ["memwarden"], "{stdout}");
-    assert_eq!(value(&stdout, "sitecustomize"), ["None"], "{stdout}");
+    let bare = run_bare(&python, &script, None, &scratch);
+    assert_success(&bare, "the script bare");
+    let bare_stdout = bare.stdout_text();
+    assert_eq!(
+        value(&stdout, "sitecustomize"),
+        value(&bare_stdout, "sitecustomize"),
+        "{stdout}"
+    );
     assert!(!value(&stdout, "path")[0].contains("/.python"), "{stdout}");
 
     // A user's sitecustomize that raises: Python's own message, and the program runs on.
@@ -140,7 +151,7 @@ fn without_a_user_sitecustomize_there_is_none_and_an_error_in_one_shows_as_pytho
         &[("PYTHONPATH", user_path)],
     );
     assert_success(&run.outcome, "the script under memwarden");
-    let bare = run_bare(&python, &script, user_path, &scratch);
+    let bare = run_bare(&python, &script, Some(user_path), &scratch);
     assert_eq!(
         bare.stderr_text(),
         "Error in sitecustomize; set PYTHONVERBOSE for traceback:\nNameError: boom\n"
@@ -296,7 +307,7 @@ fn memwardens_python_files_are_compiled_once_and_kept_for_the_next_run() {
         .join(".python/__pycache__")
         .join(&pycs[0])
         .exists());
-    let bare = run_bare(&python, &modules, "", &scratch);
+    let bare = run_bare(&python, &modules, Some(""), &scratch);
     assert_success(&bare, "the module list bare");
     assert_eq!(
         value(&profiled.outcome.stdout_text(), "modules"),

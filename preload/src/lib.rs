@@ -57,6 +57,7 @@ mod page_guard;
 mod preinit;
 mod profile_fd;
 mod profile_file;
+mod pushed;
 mod python_arenas;
 mod python_code_names;
 mod python_codes;

@@ -17,11 +17,10 @@
 //! (its parser's and compiler's recursion) when nothing else does. A C function between two
 //! Python frames (a callback's caller) is not shown.
 
-use core::mem::MaybeUninit;
-
 use memwarden_abi::python::{self, python_frame};
 use memwarden_abi::MAX_DEPTH_LIMIT;
 
+use crate::pushed::Pushed;
 use crate::python_codes::read_u64;
 use crate::python_layout::{
     CurrentFrame, EntryMark, OBJECT_TYPE, OWNED_BY_CSTACK, OWNED_BY_GENERATOR,
@@ -36,50 +35,6 @@ use crate::unwind::with_merged_memo;
 const MAX_DEPTH: usize = MAX_DEPTH_LIMIT as usize;
 /// Frames followed at most along one chain (a bound should the chain ever be corrupt).
 const MAX_CHAIN: usize = 4096;
-
-/// Up to `N` values, left uninitialized until pushed: these live on the hook's stack, and
-/// zeroing kilobytes for every allocation would cost more than filling them.
-struct Pushed<T: Copy, const N: usize> {
-    items: [MaybeUninit<T>; N],
-    len: usize,
-}
-
-impl<T: Copy, const N: usize> Pushed<T, N> {
-    fn new() -> Self {
-        Pushed {
-            items: [const { MaybeUninit::uninit() }; N],
-            len: 0,
-        }
-    }
-
-    /// Appends `value`; dropped once full.
-    fn push(&mut self, value: T) {
-        if let Some(slot) = self.items.get_mut(self.len) {
-            slot.write(value);
-            self.len += 1;
-        }
-    }
-
-    /// Puts `value` in place of items `start..end` (none when the range is empty or past
-    /// the end).
-    fn replace_with(&mut self, start: usize, end: usize, value: T) {
-        if start >= end || end > self.len {
-            return;
-        }
-        self.items.copy_within(end..self.len, start + 1);
-        self.items[start].write(value);
-        self.len -= end - start - 1;
-    }
-
-    fn truncate(&mut self, len: usize) {
-        self.len = self.len.min(len);
-    }
-
-    fn as_slice(&self) -> &[T] {
-        // SAFETY: the first `len` items were written by `push`.
-        unsafe { core::slice::from_raw_parts(self.items.as_ptr().cast::<T>(), self.len) }
-    }
-}
 
 /// The Python frames of the calling thread as frame words, innermost first, cut into the
 /// groups each native evaluation call runs.
@@ -98,11 +53,11 @@ impl PythonFrames {
     }
 
     fn count(&self) -> usize {
-        self.words.len
+        self.words.len()
     }
 
     fn groups(&self) -> usize {
-        self.group_ends.len
+        self.group_ends.len()
     }
 
     fn push(&mut self, word: u64) {
@@ -110,7 +65,7 @@ impl PythonFrames {
     }
 
     fn end_group(&mut self) {
-        self.group_ends.push(self.words.len as u16);
+        self.group_ends.push(self.words.len() as u16);
     }
 
     fn group(&self, g: usize) -> &[u64] {
@@ -164,7 +119,7 @@ pub fn with_python_frames(
         native_frames.iter().for_each(|&frame| merged.push(frame));
         return remembered(guard, &inputs, recorder.intern(merged.as_slice()));
     };
-    let first_native = merged.len;
+    let first_native = merged.len();
     let mut group = 0;
     let mut seen_python = false;
     let mut outermost_python = 0;
@@ -184,7 +139,7 @@ pub fn with_python_frames(
             words.iter().for_each(|&word| merged.push(word));
             if !words.is_empty() {
                 seen_python = true;
-                outermost_python = merged.len;
+                outermost_python = merged.len();
             }
             group += 1;
             continue;
@@ -198,7 +153,7 @@ pub fn with_python_frames(
         }
         merged.push(frame);
         if !seen_python && !interpreter {
-            after_foreign = Some(merged.len);
+            after_foreign = Some(merged.len());
         }
     }
     // The native walk stops at the innermost evaluation loop (or its depth limit): the
@@ -212,7 +167,7 @@ pub fn with_python_frames(
         let words = python.group(group);
         words.iter().for_each(|&word| merged.push(word));
         if !words.is_empty() {
-            outermost_python = merged.len;
+            outermost_python = merged.len();
         }
         group += 1;
     }
@@ -230,11 +185,11 @@ pub fn with_python_frames(
 /// (`python_native_cut`, the same rule), and this leaves it as it is; it cuts those
 /// interned before, which the walk's memo can still hand out.
 fn leave_out_middle(merged: &mut Merged, start: usize, keep_outer: usize) {
-    let run = merged.len.saturating_sub(start);
+    let run = merged.len().saturating_sub(start);
     if run > KEEP_INNER + keep_outer + 1 {
         merged.replace_with(
             start + KEEP_INNER,
-            merged.len - keep_outer,
+            merged.len() - keep_outer,
             python::INTERPRETER_FRAMES_LEFT_OUT,
         );
     }
@@ -450,6 +405,6 @@ mod tests {
         }
         let mut stack = merged(0..6);
         leave_out_middle(&mut stack, 0, KEEP_OUTER);
-        assert_eq!(stack.len, 5);
+        assert_eq!(stack.len(), 5);
     }
 }

@@ -55,7 +55,7 @@ impl StackRead {
 }
 
 /// A word a memo entry depends on, and its value (every memoized read succeeded).
-#[derive(Clone, Copy, Default)]
+#[derive(Clone, Copy, Default, PartialEq, Eq)]
 pub struct MemoRead {
     pub address: u64,
     pub value: u64,
@@ -112,6 +112,19 @@ impl RecordedReads {
             self.returns |= 1 << self.len;
         }
         self.push(address, value);
+    }
+
+    /// The reads that fetched return addresses, in order.
+    fn return_reads(&self) -> impl Iterator<Item = &MemoRead> {
+        self.iter()
+            .enumerate()
+            .filter(|(index, _)| self.returns & (1 << index) != 0)
+            .map(|(_, read)| read)
+    }
+
+    /// Whether both walks read the same return addresses at the same places.
+    fn same_path(&self, other: &RecordedReads) -> bool {
+        self.return_reads().eq(other.return_reads())
     }
 
     /// Which words no longer hold their value, if any: whether a return address is among
@@ -226,27 +239,38 @@ impl StackMemo {
     }
 
     /// The stack id remembered for `key`, if every stack word it depended on is unchanged.
+    /// One frame can have an entry for each path that reached it (see `store`): the first
+    /// whose words all hold is the one.
     #[inline]
     pub fn lookup(&mut self, key: &MemoKey, read: &impl Fn(u64) -> Result<u64, ()>) -> Lookup {
         let now = self.tick();
         let set = &mut self.sets[set_index(key)];
-        let Some(entry) = set.iter_mut().find(|entry| entry.matches(key)) else {
-            return match set.iter().any(|entry| entry.same_frame(key)) {
-                true => Lookup::OnlyBpDiffers,
-                false => Lookup::Miss,
-            };
-        };
-        match entry.reads.changed(read) {
-            None => {}
-            Some(Changed::OtherWordsOnly) if !entry.tried => return Lookup::WordsChanged,
-            Some(_) => return Lookup::Miss,
+        let mut outcome = Lookup::Miss;
+        for entry in set.iter_mut().filter(|entry| entry.same_frame(key)) {
+            if !entry.matches(key) {
+                if outcome == Lookup::Miss {
+                    outcome = Lookup::OnlyBpDiffers;
+                }
+                continue;
+            }
+            match entry.reads.changed(read) {
+                None => {
+                    entry.used_at = now;
+                    return Lookup::Hit(entry.stack);
+                }
+                Some(Changed::OtherWordsOnly) if !entry.tried => outcome = Lookup::WordsChanged,
+                Some(_) => {}
+            }
         }
-        entry.used_at = now;
-        Lookup::Hit(entry.stack)
+        outcome
     }
 
     /// Remembers the result of a full unwinding (unless it read too many words to keep),
-    /// in place of the entry of the same key, or else of the least recently used one.
+    /// in place of the entry of the same key that read the same return addresses (the same
+    /// path, its other words changed), or else of the least recently used one. Entries of
+    /// one frame reached by other paths stay: a function that allocates (NumPy's
+    /// `PyDataMem_UserNEW`) is often reached at the very same stack pointer through
+    /// several callers in turn, and one entry per frame was overwritten on every call.
     /// `proof` says what the caller showed by walking again and getting the same frames
     /// with no refused read: with bp set to 0, that bp was never used (any use as an
     /// address, or as the base of a frame, would have failed or ended the walk); with, in
@@ -257,7 +281,10 @@ impl StackMemo {
         }
         let now = self.tick();
         let set = &mut self.sets[set_index(&key)];
-        let way = match set.iter().position(|entry| entry.matches(&key)) {
+        let way = match set
+            .iter()
+            .position(|entry| entry.matches(&key) && entry.reads.same_path(reads))
+        {
             Some(way) => way,
             None => (0..WAYS).min_by_key(|&way| set[way].used_at).unwrap_or(0),
         };
@@ -327,6 +354,28 @@ mod tests {
             Lookup::WordsChanged
         );
         assert_eq!(memo.lookup(&key(), &memory(0x401300, 0x66)), Lookup::Miss);
+    }
+
+    #[test]
+    fn one_frame_reached_by_two_paths_keeps_an_entry_for_each() {
+        let mut memo = StackMemo::boxed();
+        let path = |return_address: u64| {
+            let mut reads = RecordedReads::default();
+            reads.push_return(0x7ff0_0008, Ok(return_address));
+            reads.push(0x7ff0_0100, Ok(0x55));
+            reads
+        };
+        memo.store(key(), &path(0x401234), 7, Proof::Untried);
+        memo.store(key(), &path(0x405678), 8, Proof::Untried);
+        for _pass in 0..2 {
+            assert_eq!(memo.lookup(&key(), &memory(0x401234, 0x55)), Lookup::Hit(7));
+            assert_eq!(memo.lookup(&key(), &memory(0x405678, 0x55)), Lookup::Hit(8));
+        }
+        // A path's walk stored again (its other words changed) replaces its own entry only.
+        memo.store(key(), &path(0x401234), 9, Proof::Nothing);
+        assert_eq!(memo.lookup(&key(), &memory(0x401234, 0x55)), Lookup::Hit(9));
+        assert_eq!(memo.lookup(&key(), &memory(0x405678, 0x55)), Lookup::Hit(8));
+        assert_eq!(memo.lookup(&key(), &memory(0x409999, 0x55)), Lookup::Miss);
     }
 
     /// `count` keys that fall in the set of `key()`.
