@@ -307,7 +307,7 @@ fn memwardens_python_files_are_compiled_once_and_kept_for_the_next_run() {
         .join(".python/__pycache__")
         .join(&pycs[0])
         .exists());
-    let bare = run_bare(&python, &modules, Some(""), &scratch);
+    let bare = run_bare(&python, &modules, None, &scratch);
     assert_success(&bare, "the module list bare");
     assert_eq!(
         value(&profiled.outcome.stdout_text(), "modules"),
