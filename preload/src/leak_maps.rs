@@ -82,7 +82,9 @@ pub fn read_maps() -> Option<Maps> {
     })
 }
 
-fn read_file(path: &core::ffi::CStr, into: &mut [u8]) -> Option<usize> {
+/// Reads the file at `path` into `into`, as much as fits; the bytes read, `None` if it cannot
+/// be opened. No allocation: usable at start-up and from the leak check alike.
+pub(crate) fn read_file(path: &core::ffi::CStr, into: &mut [u8]) -> Option<usize> {
     // SAFETY: NUL-terminated path; read-only open, closed below.
     let fd = unsafe { libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
     if fd < 0 {

@@ -16,6 +16,7 @@
 
 mod accounting;
 mod address_map;
+mod address_room;
 mod block_header;
 mod block_starts;
 mod config;

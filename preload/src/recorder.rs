@@ -12,7 +12,8 @@ use crate::stack_table::StackTable;
 use crate::thread_state::Guard;
 use crate::unwind::Caller;
 use crate::{
-    accounting, lifecycle, own_stack, python_native_cut, python_runtime, python_stack, unwind,
+    accounting, address_room, lifecycle, own_stack, python_native_cut, python_runtime,
+    python_stack, unwind,
 };
 
 pub struct Recorder {
@@ -26,6 +27,12 @@ impl Recorder {
     pub fn create(config: Config, identity: &Identity) -> Result<Recorder, i32> {
         let full = layout_for(&config, 0).ok_or(libc::EOVERFLOW)?;
         let first = shrink_within_file_limit(&config)?;
+        let first = match address_room::left() {
+            Some(room) => address_room::shrink_for_room(room, first..=MAX_SHRINK, |shrink| {
+                layout_for(&config, shrink).map(|layout| layout.file_size)
+            }),
+            None => first,
+        };
         let layout = layout_for(&config, first).ok_or(libc::EOVERFLOW)?;
         let fd = profile_file::create_file(&config.output_dir, identity, &layout)?;
         let mapped = map_within_address_space(fd, &config, first, identity);
@@ -228,10 +235,10 @@ fn shrink_within_file_limit(config: &Config) -> Result<u32, i32> {
         .ok_or(libc::EFBIG)
 }
 
-/// Maps the profile file `fd` at the capacities halved `first` times or, where the address
-/// space is too short for them (a low `RLIMIT_AS`: the file is sparse, but its mapping counts
-/// in full), at halved ones, up to [`MAX_SHRINK`] times in all; the file and how often the
-/// capacities were halved.
+/// Maps the profile file `fd` at the capacities halved `first` times (chosen to leave the
+/// program most of a limited address space: `address_room`) or, where the address space is
+/// still too short for them, at halved ones, up to [`MAX_SHRINK`] times in all; the file and
+/// how often the capacities were halved.
 fn map_within_address_space(
     fd: i32,
     config: &Config,

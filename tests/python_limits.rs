@@ -1,0 +1,60 @@
+//! Python in a small address space (`ulimit -v`): the profile file's mapping counts in full
+//! against the limit, so the preload maps it within a quarter of the room the process has
+//! left, and CPython starts under memwarden wherever it starts bare.
+
+mod common;
+use common::python::*;
+use common::*;
+
+/// Above what CPython 3.11 needs bare, and far below what it needed under memwarden while
+/// the profile was mapped as large as would fit (it then failed at start-up under 100 MB).
+const LIMIT_KB: u32 = 60_000;
+
+/// GIVEN a script that holds a 2 MiB bytearray made on a known line.
+const SCRIPT: &str = r#"def make():
+    return bytearray(2 * 1024 * 1024)  # MAKE
+
+keep = make()
+print("made", len(keep))
+"#;
+
+/// ... WHEN it runs under the shell's `ulimit -v 60000`, bare and under memwarden
+/// THEN it runs under memwarden as it does bare, the preload says its profile is smaller,
+/// and the array's bytes (and the bytearray's terminating NUL) are at the peak on its line.
+#[test]
+fn python_starts_in_an_address_space_it_starts_in_bare() {
+    let Some(python) = venv_python("sys") else {
+        return;
+    };
+    let scratch = Scratch::new("python_limits");
+    let script = Script::new(&scratch, "limited.py", SCRIPT);
+    let command = format!(
+        "ulimit -v {LIMIT_KB} && exec {} {}",
+        python.display(),
+        script.arg()
+    );
+    let argv = ["/bin/sh", "-c", command.as_str()];
+
+    let bare = run_bare(&scratch, &argv, None);
+    assert_eq!(bare.code(), 0, "bare: {}", bare.stderr_text());
+    let run = profile(&scratch, &argv);
+
+    assert_success(&run.outcome, "the script under memwarden and ulimit -v");
+    assert_eq!(run.outcome.stdout_text(), "made 2097152\n");
+    assert!(
+        run.outcome.stderr_text().contains(
+            "memwarden: the process's limits (ulimit -v or -f) leave no room for a full profile"
+        ),
+        "{}",
+        run.outcome.stderr_text()
+    );
+    let report = PyReport::load(&run.dir.join("report.json"));
+    let process = report.main_process(&script);
+    let about = process.describe(&script);
+    assert_eq!(process.exit_code(), Some(0), "{about}");
+    assert_eq!(
+        process.at_peak_at(&script, script.line_of("# MAKE")),
+        2 * 1024 * 1024 + 1,
+        "{about}"
+    );
+}
