@@ -11,16 +11,23 @@ pub const PROFILE_SHARE: u64 = 4;
 /// The address space the process may still map under its soft `RLIMIT_AS`, in bytes; `None`
 /// when there is no limit, or when what the process maps now cannot be read.
 pub fn left() -> Option<u64> {
+    let limit = soft_limit(libc::RLIMIT_AS);
+    if limit == libc::RLIM_INFINITY {
+        return None;
+    }
+    Some(limit.saturating_sub(mapped_bytes()?))
+}
+
+/// The process's soft limit on `resource`; `RLIM_INFINITY` when there is none or it cannot
+/// be read.
+pub fn soft_limit(resource: libc::__rlimit_resource_t) -> u64 {
     let mut limit = libc::rlimit {
         rlim_cur: libc::RLIM_INFINITY,
         rlim_max: libc::RLIM_INFINITY,
     };
     // SAFETY: valid out-pointer; on failure the limit stays infinite.
-    unsafe { libc::getrlimit(libc::RLIMIT_AS, &mut limit) };
-    if limit.rlim_cur == libc::RLIM_INFINITY {
-        return None;
-    }
-    Some(limit.rlim_cur.saturating_sub(mapped_bytes()?))
+    unsafe { libc::getrlimit(resource, &mut limit) };
+    limit.rlim_cur
 }
 
 /// The process's whole address space now (`/proc/self/statm`'s first field, in pages).
@@ -87,15 +94,10 @@ mod tests {
     #[test]
     fn this_process_has_no_address_space_limit_or_reads_its_room() {
         // Test runners set no RLIMIT_AS; with one, the room is below it.
-        let mut limit = libc::rlimit {
-            rlim_cur: 0,
-            rlim_max: 0,
-        };
-        // SAFETY: valid out-pointer.
-        unsafe { libc::getrlimit(libc::RLIMIT_AS, &mut limit) };
+        let limit = soft_limit(libc::RLIMIT_AS);
         match left() {
-            None => assert_eq!(limit.rlim_cur, libc::RLIM_INFINITY),
-            Some(room) => assert!(room < limit.rlim_cur),
+            None => assert_eq!(limit, libc::RLIM_INFINITY),
+            Some(room) => assert!(room < limit),
         }
         assert!(mapped_bytes().is_some_and(|bytes| bytes > 0));
     }

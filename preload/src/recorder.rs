@@ -222,16 +222,9 @@ fn layout_for(config: &Config, shrink: u32) -> Option<Layout> {
 /// size limit (`RLIMIT_FSIZE`, `ulimit -f`): sizing the file past it would not fail quietly
 /// but kill the program (SIGXFSZ). `EFBIG` if even [`MAX_SHRINK`] halvings do not fit.
 fn shrink_within_file_limit(config: &Config) -> Result<u32, i32> {
-    let mut limit = libc::rlimit {
-        rlim_cur: libc::RLIM_INFINITY,
-        rlim_max: libc::RLIM_INFINITY,
-    };
-    // SAFETY: valid out-pointer; on failure the limit stays infinite.
-    unsafe { libc::getrlimit(libc::RLIMIT_FSIZE, &mut limit) };
+    let limit = address_room::soft_limit(libc::RLIMIT_FSIZE);
     (0..=MAX_SHRINK)
-        .find(|&shrink| {
-            layout_for(config, shrink).is_some_and(|layout| layout.file_size <= limit.rlim_cur)
-        })
+        .find(|&shrink| layout_for(config, shrink).is_some_and(|layout| layout.file_size <= limit))
         .ok_or(libc::EFBIG)
 }
 
