@@ -67,6 +67,44 @@ pub fn global_symbol(symbol: &core::ffi::CStr) -> usize {
     symbol_through(libc::RTLD_DEFAULT, symbol)
 }
 
+/// `dladdr1`'s request for the symbol table entry (glibc's `RTLD_DL_SYMENT`).
+const RTLD_DL_SYMENT: c_int = 1;
+/// `st_shndx` of an undefined symbol.
+const SHN_UNDEF: u16 = 0;
+
+/// Whether a symbol the dynamic loader exports is *defined* at `address`. A non-PIE program
+/// that takes a function's address (CPython 3.11 stores `&malloc`) gets a canonical PLT
+/// entry: its dynamic symbol table lists `malloc` as undefined but with the stub's address,
+/// and lookups in the global scope return that stub, while calls through it still reach
+/// the first definition (this library). `dladdr` alone names the stub `malloc` too, so the
+/// symbol's table entry is asked for and its section checked.
+pub fn symbol_defined_at(address: usize) -> bool {
+    let mut info = libc::Dl_info {
+        dli_fname: core::ptr::null(),
+        dli_fbase: core::ptr::null_mut(),
+        dli_sname: core::ptr::null(),
+        dli_saddr: core::ptr::null_mut(),
+    };
+    let mut entry: *mut c_void = core::ptr::null_mut();
+    // SAFETY: `info` and `entry` are valid and writable; dladdr1 only reads the loader's
+    // tables.
+    let found = unsafe {
+        libc::dladdr1(
+            address as *const c_void,
+            &mut info,
+            &mut entry,
+            RTLD_DL_SYMENT,
+        )
+    };
+    if found == 0 || entry.is_null() || info.dli_saddr as usize != address {
+        return false;
+    }
+    // SAFETY: with RTLD_DL_SYMENT, a found symbol's `entry` points at its Elf64_Sym in the
+    // module's dynamic symbol table, mapped as long as the module is.
+    let section = unsafe { (*entry.cast::<libc::Elf64_Sym>()).st_shndx };
+    section != SHN_UNDEF
+}
+
 /// A symbol looked up once, lazily, after this library in the search order.
 pub struct NextSymbol {
     name: &'static core::ffi::CStr,

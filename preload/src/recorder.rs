@@ -185,9 +185,12 @@ impl Recorder {
     pub fn note_own_malloc(&self) {
         // Compared by module, not by address: taking `malloc`'s address here would itself go
         // through the loader and find the program's.
-        let bound = crate::real::global_symbol(c"malloc") as u64;
-        let ours = crate::snapshot::snapshot().is_some_and(|snapshot| snapshot.is_own(bound));
-        if bound != 0 && !ours {
+        let bound = crate::real::global_symbol(c"malloc");
+        let ours =
+            crate::snapshot::snapshot().is_some_and(|snapshot| snapshot.is_own(bound as u64));
+        // A canonical PLT stub in the program is found first but defines nothing: its calls
+        // reach this library's `malloc`.
+        if bound != 0 && !ours && crate::real::symbol_defined_at(bound) {
             self.file
                 .counter(core::mem::offset_of!(Header, flags))
                 .fetch_or(flags::OWN_MALLOC, Ordering::Relaxed);

@@ -28,6 +28,8 @@ pub struct Process {
     pub stacks: Vec<Stack>,
     pub replaced_by_exec: bool,
     pub forked: bool,
+    /// The program defines its own `malloc`, whose calls memwarden does not see.
+    pub own_malloc: bool,
     /// Why tracking stopped early, or `None` if it did not.
     pub degraded: Option<String>,
 }
