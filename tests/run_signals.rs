@@ -199,4 +199,20 @@ fn a_run_without_a_report_leaves_no_earlier_report_behind() {
     );
     // The profile is there, for `memwarden report`.
     assert!(fs::read_dir(first.dir.join("raw")).unwrap().count() > 0);
+
+    // What a killed run set aside and had no time to delete, the next run deletes.
+    let left = first.dir.join(".memwarden-discard-1");
+    fs::create_dir(&left).unwrap();
+    fs::write(left.join("1-1.mwp"), b"old").unwrap();
+    let dir = first.dir.to_str().unwrap();
+    let third = memwarden_cmd(&scratch, &["run", "-o", dir, "--", prog.arg(), "exit"]);
+    assert_success(&third, "the run after the killed one");
+    assert!(first.dir.join("report.json").exists());
+    let hidden: Vec<String> = fs::read_dir(&first.dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|name| name.starts_with(".memwarden-discard-"))
+        .collect();
+    assert!(hidden.is_empty(), "{hidden:?} left in the output folder");
 }

@@ -12,9 +12,6 @@ use std::thread::JoinHandle;
 use memwarden::report::warm::{symbolize_ahead, Ahead, LOOK_INTERVAL};
 use memwarden::symbolize::Symbolizer;
 
-/// The lowest priority (highest nice value) on Linux.
-const LOWEST_PRIORITY: libc::c_int = 19;
-
 /// The running look-ahead thread.
 pub struct LookAhead {
     stop: Arc<AtomicBool>,
@@ -33,7 +30,7 @@ impl LookAhead {
         let thread = std::thread::Builder::new()
             .name("memwarden-look-ahead".into())
             .spawn(move || {
-                lower_own_priority();
+                crate::lower_own_priority();
                 let symbolizer = Symbolizer::with_disk_cache(cache);
                 symbolize_ahead(&dir, symbolizer, &flag, LOOK_INTERVAL)
             })
@@ -57,16 +54,5 @@ impl LookAhead {
                 Ahead::default(),
             )
         })
-    }
-}
-
-/// Sets the calling thread's nice value to the lowest priority. On Linux the nice value
-/// is per thread, so the rest of the CLI keeps its own. Failure leaves it as it was.
-fn lower_own_priority() {
-    // SAFETY: gettid has no preconditions; setpriority on our own thread id only changes
-    // this thread's scheduling priority, and its failure is harmless.
-    unsafe {
-        let tid = libc::gettid();
-        libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, LOWEST_PRIORITY);
     }
 }

@@ -4,6 +4,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 mod args;
+mod discard;
 mod fail_args;
 mod guard_args;
 mod leak_args;
@@ -106,6 +107,21 @@ fn main() -> ExitCode {
 /// loaded profile and the report 12 ms each); on the NumPy one, 15 ms.
 pub(crate) fn leave_to_exit<T>(value: T) {
     std::mem::forget(value);
+}
+
+/// The lowest priority (highest nice value) on Linux.
+const LOWEST_PRIORITY: libc::c_int = 19;
+
+/// Sets the calling thread's nice value to the lowest priority, for work that should only
+/// take CPU time the target leaves idle. On Linux the nice value is per thread, so the
+/// rest of the CLI keeps its own. Failure leaves it as it was.
+pub(crate) fn lower_own_priority() {
+    // SAFETY: gettid has no preconditions; setpriority on our own thread id only changes
+    // this thread's scheduling priority, and its failure is harmless.
+    unsafe {
+        let tid = libc::gettid();
+        libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, LOWEST_PRIORITY);
+    }
 }
 
 /// Bold headings only on a terminal, and never when `NO_COLOR` is set.

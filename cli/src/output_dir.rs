@@ -1,6 +1,7 @@
 //! Before the run: prepares the output folder the preload writes into — created, writable,
-//! with an empty `raw/` (profiles of an earlier run deleted, and its report files with
-//! them: a run that leaves no report must not seem to have left the last one).
+//! with an empty `raw/` (profiles of an earlier run taken away, and its report files with
+//! them: a run that leaves no report must not seem to have left the last one). They are
+//! set aside at once and deleted while the target runs (`discard`).
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -9,6 +10,7 @@ use memwarden::report::folded::Measure;
 use memwarden::report::REPORT_FILE;
 use memwarden_abi::{PROFILE_EXTENSION, RAW_DIR};
 
+use crate::discard::Discard;
 use crate::io_reason as reason;
 
 /// Lets a report file that would pass the file size limit (`ulimit -f`) fail to be written,
@@ -19,9 +21,10 @@ pub fn fail_writes_past_file_limit() {
     unsafe { libc::signal(libc::SIGXFSZ, libc::SIG_IGN) };
 }
 
-/// Creates `dir` and `dir/raw`, deletes stale `raw/*.mwp` and the report files of an
-/// earlier run, checks that both can be written; returns the absolute path of `dir`.
-pub fn prepare(dir: &Path) -> Result<PathBuf, String> {
+/// Creates `dir` and `dir/raw`, sets aside stale `raw/*.mwp` and the report files of an
+/// earlier run, checks that both can be written; returns the absolute path of `dir`, and
+/// what was set aside, for the caller to delete.
+pub fn prepare(dir: &Path) -> Result<(PathBuf, Discard), String> {
     let shown = dir.display();
     fs::create_dir_all(dir)
         .map_err(|e| format!("cannot create output folder {shown}: {}", reason(&e)))?;
@@ -33,10 +36,11 @@ pub fn prepare(dir: &Path) -> Result<PathBuf, String> {
         .map_err(|e| format!("cannot create {}: {}", raw.display(), reason(&e)))?;
     let entries =
         fs::read_dir(&raw).map_err(|e| format!("cannot list {}: {}", raw.display(), reason(&e)))?;
+    let mut discard = Discard::new(&dir);
     for entry in entries.flatten() {
         let path = entry.path();
         if path.extension().is_some_and(|e| e == PROFILE_EXTENSION) {
-            fs::remove_file(&path).map_err(|e| {
+            discard.set_aside(&path).map_err(|e| {
                 format!(
                     "cannot delete the stale profile {}: {}",
                     path.display(),
@@ -46,21 +50,18 @@ pub fn prepare(dir: &Path) -> Result<PathBuf, String> {
         }
     }
     for stale in report_files(&dir) {
-        match fs::remove_file(&stale) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                return Err(format!(
-                    "cannot delete the earlier report file {}: {}",
-                    stale.display(),
-                    reason(&e)
-                ));
-            }
-            _ => {}
-        }
+        discard.set_aside(&stale).map_err(|e| {
+            format!(
+                "cannot delete the earlier report file {}: {}",
+                stale.display(),
+                reason(&e)
+            )
+        })?;
     }
     for folder in [&dir, &raw] {
         probe_writable(folder)?;
     }
-    Ok(dir)
+    Ok((dir, discard))
 }
 
 /// The files the report writes into `dir`.
@@ -105,10 +106,12 @@ mod tests {
         ] {
             fs::write(dir.join(old_report), b"x").unwrap();
         }
-        let prepared = prepare(&dir).unwrap();
+        let (prepared, discard) = prepare(&dir).unwrap();
         assert!(prepared.is_absolute() && prepared.join("raw").is_dir());
         assert!(!dir.join("raw/old.mwp").exists());
+        assert!(!dir.join("report.json").exists());
         assert!(dir.join("raw/notes.txt").exists());
+        discard.delete();
         let left: Vec<_> = fs::read_dir(&prepared)
             .unwrap()
             .flatten()

@@ -43,7 +43,9 @@ pub fn run(args: &RunArgs, colour: bool) -> Result<i32, String> {
     let library = preload_lib::locate()?;
     let ld_preload = preload_lib::ld_preload(&library, std::env::var_os("LD_PRELOAD").as_deref())?;
     let gate = args.leak.gate()?;
-    let out_dir = output_dir::prepare(&args.output)?;
+    let (out_dir, discard) = output_dir::prepare(&args.output)?;
+    // Waited for when `run` returns: long done by then.
+    let _deleting = discard.delete_in_background();
     let symbol_cache = memwarden::symbolize::disk_cache::default_dir();
     let kept_bytecode = symbol_cache.as_deref().map(python_bytecode::cache_dir);
     let python = python_env::prepare(
