@@ -295,7 +295,7 @@ fn process(
         let stacks: Vec<StackReport> = p
             .stacks
             .iter()
-            .map(|s| stack(s, &mut table, shown_ahead.of(s.stack.id)))
+            .map(|s| stack(s, &mut table, shown_ahead.of(s.id)))
             .collect();
         stacks
             .into_iter()
@@ -379,7 +379,7 @@ pub(crate) fn unknown_stack_frame() -> FrameReport {
 /// The report of stack `s`, its `site` left for [`site::site_keys`]; `ahead`, its pool
 /// frames if the look-ahead picked them.
 fn stack(s: &StackFigures, table: &mut FrameTable, ahead: Option<&[u32]>) -> StackReport {
-    let frames = if s.stack.id == UNKNOWN_STACK_ID {
+    let frames = if s.id == UNKNOWN_STACK_ID {
         vec![table.unknown_stack()]
     } else if let Some(pool_frames) = ahead {
         table.show(pool_frames)
@@ -387,7 +387,7 @@ fn stack(s: &StackFigures, table: &mut FrameTable, ahead: Option<&[u32]>) -> Sta
         frames::shown_frames(table, &s.stack.frames)
     };
     StackReport {
-        id: s.stack.id,
+        id: s.id,
         site: None,
         category: s.category,
         frames,

@@ -35,10 +35,10 @@ pub(crate) fn site_keys(
     stacks
         .iter()
         .map(|s| {
-            if s.stack.id == UNKNOWN_STACK_ID {
+            if s.id == UNKNOWN_STACK_ID {
                 return None;
             }
-            if let Some(site) = ahead.site_of(s.stack.id) {
+            if let Some(site) = ahead.site_of(s.id) {
                 return site.map(hex);
             }
             native.clear();
