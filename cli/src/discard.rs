@@ -49,7 +49,12 @@ impl Discard {
     /// moved (another file system), deleted at once. A file that is not there is fine.
     pub fn set_aside(&mut self, path: &Path) -> io::Result<()> {
         if !self.made {
-            self.made = fs::create_dir(&self.folder).is_ok();
+            // A folder of this name is a killed run's whose pid this run got: taken over.
+            self.made = match fs::create_dir(&self.folder) {
+                Ok(()) => true,
+                Err(e) if e.kind() == ErrorKind::AlreadyExists => self.folder.is_dir(),
+                Err(_) => false,
+            };
         }
         if let (true, Some(name)) = (self.made, path.file_name()) {
             match fs::rename(path, self.folder.join(name)) {
@@ -140,6 +145,20 @@ mod tests {
         fs::create_dir(&left).unwrap();
         fs::write(left.join("1-2.mwp"), b"old").unwrap();
         Discard::new(dir).delete();
+        assert!(names(dir).is_empty());
+    }
+
+    #[test]
+    fn a_killed_runs_folder_under_this_runs_pid_is_taken_over() {
+        let scratch = tempfile::tempdir().unwrap();
+        let dir = scratch.path();
+        let left = dir.join(format!("{DISCARD_PREFIX}{}", std::process::id()));
+        fs::create_dir(&left).unwrap();
+        fs::write(left.join("1-2.mwp"), b"old").unwrap();
+        fs::write(dir.join("peak.svg"), b"old").unwrap();
+        let mut discard = Discard::new(dir);
+        discard.set_aside(&dir.join("peak.svg")).unwrap();
+        discard.delete();
         assert!(names(dir).is_empty());
     }
 
