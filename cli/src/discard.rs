@@ -137,24 +137,26 @@ mod tests {
         assert_eq!(names(dir), ["keep.txt"]);
     }
 
+    /// A discard folder that the run of pid `pid` was killed before deleting.
+    fn left_by_killed_run(dir: &Path, pid: u32) {
+        let left = dir.join(format!("{DISCARD_PREFIX}{pid}"));
+        fs::create_dir(&left).unwrap();
+        fs::write(left.join("1-2.mwp"), b"old").unwrap();
+    }
+
     #[test]
     fn a_killed_runs_folder_is_deleted_by_the_next_run() {
         let scratch = tempfile::tempdir().unwrap();
-        let dir = scratch.path();
-        let left = dir.join(format!("{DISCARD_PREFIX}1"));
-        fs::create_dir(&left).unwrap();
-        fs::write(left.join("1-2.mwp"), b"old").unwrap();
-        Discard::new(dir).delete();
-        assert!(names(dir).is_empty());
+        left_by_killed_run(scratch.path(), 1);
+        Discard::new(scratch.path()).delete();
+        assert!(names(scratch.path()).is_empty());
     }
 
     #[test]
     fn a_killed_runs_folder_under_this_runs_pid_is_taken_over() {
         let scratch = tempfile::tempdir().unwrap();
         let dir = scratch.path();
-        let left = dir.join(format!("{DISCARD_PREFIX}{}", std::process::id()));
-        fs::create_dir(&left).unwrap();
-        fs::write(left.join("1-2.mwp"), b"old").unwrap();
+        left_by_killed_run(dir, std::process::id());
         fs::write(dir.join("peak.svg"), b"old").unwrap();
         let mut discard = Discard::new(dir);
         discard.set_aside(&dir.join("peak.svg")).unwrap();
