@@ -48,6 +48,11 @@ impl Discard {
     /// Takes `path` out of the way: moved into the discard folder or, where it cannot be
     /// moved (another file system), deleted at once. A file that is not there is fine.
     pub fn set_aside(&mut self, path: &Path) -> io::Result<()> {
+        // Most report files of a fresh output folder are not there: no folder is made, and
+        // no thread started, for nothing to delete.
+        if matches!(fs::symlink_metadata(path), Err(e) if e.kind() == ErrorKind::NotFound) {
+            return Ok(());
+        }
         if !self.made {
             // A folder of this name is a killed run's whose pid this run got: taken over.
             self.made = match fs::create_dir(&self.folder) {
