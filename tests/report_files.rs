@@ -229,6 +229,56 @@ fn summary_goes_to_stderr_and_top_is_accepted() {
     assert_eq!(rewritten.only_process().at_peak("peak_fn"), 7 * MIB + 7);
 }
 
+/// GIVEN one allocating path, `leaf <- mid <- top`, reached from two callers further out,
+/// each holding its block at the peak.
+const TWO_CALLERS: &str = r#"
+void *held[2];
+NOINLINE void *leaf(size_t n) { return malloc(n); }
+NOINLINE void *mid(size_t n) { return leaf(n); }
+NOINLINE void *top(size_t n) { return mid(n); }
+NOINLINE void via_a(void) { held[0] = top(3 * MiB); }
+NOINLINE void via_b(void) { held[1] = top(5 * MiB); }
+int main(void) {
+    via_a();
+    via_b();
+    say("peak reached\n");
+    free(held[0]);
+    free(held[1]);
+    return 0;
+}
+"#;
+
+#[test]
+fn the_summary_shows_a_chain_once_with_the_bytes_of_every_stack_through_it() {
+    let scratch = Scratch::new("report_summary_chain");
+    let prog = scratch.compile("two_callers", TWO_CALLERS);
+
+    let run = profile(&scratch, &[prog.arg()]);
+
+    assert_success(&run.outcome, "memwarden run");
+    // report.json keeps the two stacks apart: they differ in their fourth frame.
+    let process = run.report.only_process();
+    let through = |caller: &str| -> Vec<u64> {
+        process
+            .stacks_in("leaf")
+            .filter(|s| s.program_lines().iter().any(|(f, _)| f == caller))
+            .map(|s| s.at_peak_bytes)
+            .collect()
+    };
+    assert_eq!(through("via_a"), [3 * MIB], "{}", process.describe());
+    assert_eq!(through("via_b"), [5 * MIB], "{}", process.describe());
+    // THEN the summary, which prints three frames, shows that chain once, with all 8 MiB.
+    let stderr = run.outcome.stderr_text();
+    let lines: Vec<&str> = stderr.lines().filter(|l| l.contains("leaf (")).collect();
+    assert_eq!(lines.len(), 1, "one line for the chain:\n{stderr}");
+    assert!(
+        lines[0].contains(" 8.0 MiB ")
+            && lines[0].contains("<- mid (")
+            && lines[0].contains("<- top ("),
+        "the chain with both stacks' bytes:\n{stderr}"
+    );
+}
+
 #[test]
 fn without_o_the_report_goes_to_memwarden_out_in_the_current_folder() {
     let scratch = Scratch::new("report_default_dir");

@@ -41,6 +41,39 @@ fn stacks_showing_the_same_frames_are_one_entry_of_the_top_list() {
 }
 
 #[test]
+fn stacks_that_differ_only_past_the_printed_chain_are_one_entry() {
+    // GIVEN two stacks through the same three innermost frames, reached from two callers
+    // further out (1 MiB and 3 MiB), and a third through one of those frames at another
+    // address of the same function (2 MiB: its frame prints the same).
+    let mut p = process_report(8, &["./merge"]);
+    (p.peak_bytes, p.peak_blocks) = (6 << 20, 3);
+    let chain = ["take", "take_nd", "reindex"];
+    let from_a = [&chain[..], &["concat_a", "main"]].concat();
+    let from_b = [&chain[..], &["concat_b", "main"]].concat();
+    p.stacks = vec![
+        stack_report(&mut p, 1, &from_a, 1 << 20, 0, 1 << 20),
+        stack_report(&mut p, 2, &from_b, 3 << 20, 0, 3 << 20),
+    ];
+    let mut other_address = function_frame("take");
+    other_address.address = Some("0x2000".to_owned());
+    let mut third = stack_report(&mut p, 3, &from_a, 2 << 20, 0, 2 << 20);
+    third.frames[0] = intern(&mut p, other_address);
+    assert_ne!(third.frames, p.stacks[0].frames);
+    p.stacks.push(third);
+    let report = Report {
+        format_version: 1,
+        command: vec!["./merge".into()],
+        processes: vec![p],
+    };
+    // THEN the summary shows one entry of all 6 MiB, not the same line three times.
+    let text = summary(&report, &style(), &[]);
+    assert!(
+        text.contains("  at the peak     6.0 MiB 100.0%  take <- take_nd <- reindex\n  allocated"),
+        "{text}"
+    );
+}
+
+#[test]
 fn summary_shows_exit_peak_top_stacks_totals_and_flags() {
     let mut p = process_report(42, &["./peak", "3"]);
     p.exit = Some(Exit::Code(0));
@@ -175,6 +208,8 @@ fn units_and_grouping() {
     assert_eq!(group(999), "999");
     assert_eq!(group(1000), "1,000");
     assert_eq!(group(1_234_567), "1,234,567");
+    assert_eq!(bytes(0), "0 bytes");
+    assert_eq!(bytes(1), "1 byte");
     assert_eq!(bytes(1023), "1023 bytes");
     assert_eq!(bytes(2048), "2.0 KiB (2,048 bytes)");
 }
