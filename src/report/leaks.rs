@@ -221,7 +221,60 @@ pub fn write_leaks(out: &mut String, p: &ProcessReport, kinds: &[u32]) {
             out,
             "SUMMARY: memwarden: {bytes} byte(s) leaked in {blocks} allocation(s)."
         );
+    } else {
+        let _ = writeln!(out, "{}", clean_line(p, kinds));
     }
+    if check.threads_missed > 0 {
+        // Their registers were not roots: a block only a register held would show as lost.
+        let _ = writeln!(
+            out,
+            "memwarden: pid {}: leak check: {} thread{} could not be stopped; {} stack was scanned, not {} registers",
+            p.pid,
+            check.threads_missed,
+            if check.threads_missed == 1 { "" } else { "s" },
+            if check.threads_missed == 1 { "its" } else { "their" },
+            if check.threads_missed == 1 { "its" } else { "their" },
+        );
+    }
+}
+
+/// The line of a check that found no leak the gate counts, so that a clean run says it was
+/// checked, with what the check found of the kinds not counted.
+fn clean_line(p: &ProcessReport, kinds: &[u32]) -> String {
+    let counted: Vec<&str> = KINDS
+        .into_iter()
+        .filter(|k| kinds.contains(k))
+        .map(leak_kind::name)
+        .collect();
+    let mut line = format!(
+        "memwarden: pid {}: leak check: no {} leaks",
+        p.pid,
+        counted.join(" or ")
+    );
+    let suppressed = p.leaks.iter().filter(|l| l.suppressed).count();
+    if suppressed > 0 {
+        let _ = write!(line, " ({suppressed} suppressed or in the baseline)");
+    }
+    let summary = p.leak_summary.unwrap_or_default();
+    let others: Vec<String> = [
+        (leak_kind::POSSIBLE, "possibly lost", summary.possible),
+        (leak_kind::REACHABLE, "still reachable", summary.reachable),
+    ]
+    .into_iter()
+    .filter(|(kind, _, total)| !kinds.contains(kind) && total.blocks > 0)
+    .map(|(_, words, total)| {
+        format!(
+            "{} {words} in {} block{}",
+            super::text::bytes(total.bytes),
+            super::text::group(total.blocks),
+            if total.blocks == 1 { "" } else { "s" }
+        )
+    })
+    .collect();
+    if !others.is_empty() {
+        let _ = write!(line, "; not counted: {}", others.join(", "));
+    }
+    line
 }
 
 fn frame_text(frame: &FrameReport) -> String {
