@@ -74,7 +74,9 @@ fn the_nth_malloc_fails_and_the_program_takes_its_error_path() {
     );
     let stderr = run.outcome.stderr_text();
     assert!(
-        stderr.contains("  injected     1 allocation failure (rule 1: 1)\n"),
+        stderr.contains(
+            "  injected     1 allocation failure (rule 1: 1)\n  first failed malloc of 300 bytes at alloc_three ("
+        ),
         "{stderr}"
     );
     // The two allocations before it were made and are still live at exit.

@@ -181,6 +181,15 @@ fn write_process(out: &mut String, p: &ProcessReport, style: &Style) {
     if p.injected_failure_count > 0 {
         let _ = writeln!(out, "  injected     {}", injected(p));
     }
+    if let Some(first) = p.injected_failures.iter().min_by_key(|f| f.seq) {
+        let _ = writeln!(
+            out,
+            "  first failed {} of {} at {}",
+            first.function,
+            bytes(first.size),
+            chain_of(&p.resolve(&first.frames), CHAIN_FRAMES)
+        );
+    }
     if let Some(crash) = &p.crash {
         let signal = i32::try_from(crash.signal)
             .ok()

@@ -258,7 +258,7 @@ fn injected_failures_are_counted_by_rule_and_the_crash_is_placed() {
     let text = summary(&report, &style(), &[]);
     assert!(
         text.contains(
-            "  not freed    0 bytes in 0 blocks at exit\n  injected     3 allocation failures (rule 1: 2, rule 2: 1)\n  crashed      SIGSEGV at use_b <- main <- x\n"
+            "  not freed    0 bytes in 0 blocks at exit\n  injected     3 allocation failures (rule 1: 2, rule 2: 1)\n  first failed malloc of 16 bytes at make_b\n  crashed      SIGSEGV at use_b <- main <- x\n"
         ),
         "{text}"
     );
@@ -277,7 +277,7 @@ fn injected_failures_are_counted_by_rule_and_the_crash_is_placed() {
     };
     let text = summary(&report, &style(), &[]);
     assert!(text.contains(
-        "  injected     5,000 allocation failures (rule 1: 1, 4,999 more not stored)\n  crashed      signal 77 at an unknown place\n"
+        "  injected     5,000 allocation failures (rule 1: 1, 4,999 more not stored)\n  first failed malloc of 16 bytes at make_b\n  crashed      signal 77 at an unknown place\n"
     ), "{text}");
     let quiet = summary(
         &Report {
