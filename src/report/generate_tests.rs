@@ -318,7 +318,7 @@ fn injected_failures_and_the_crash_are_reported_with_their_stacks() {
         key(&[(b"prog", 0x1010), (b"prog", 0x1020)])
     );
     assert!(done.summary.contains(
-        "  injected     7 allocation failures (rule 1: 1, rule 2: 1, 5 more not stored)\n  crashed      SIGSEGV at 0x5000 [prog] <- 0x5020 [prog]\n"
+        "  injected     7 allocation failures (rule 1: 1, rule 2: 1, 5 more not stored)\n  first failed malloc of 1.0 MiB (1,048,576 bytes) at 0x5030 [prog]\n  crashed      SIGSEGV at 0x5000 [prog] <- 0x5020 [prog]\n"
     ), "{}", done.summary);
 }
 

@@ -264,10 +264,9 @@ fn clean_line(p: &ProcessReport, kinds: &[u32]) -> String {
     .filter(|(kind, _, total)| !kinds.contains(kind) && total.blocks > 0)
     .map(|(_, words, total)| {
         format!(
-            "{} {words} in {} block{}",
+            "{} {words} in {}",
             super::text::bytes(total.bytes),
-            super::text::group(total.blocks),
-            if total.blocks == 1 { "" } else { "s" }
+            super::text::how_many(total.blocks, "block")
         )
     })
     .collect();

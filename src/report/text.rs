@@ -134,18 +134,17 @@ fn write_process(out: &mut String, p: &ProcessReport, style: &Style) {
     let _ = writeln!(out, "  exit         {exit}");
     let _ = writeln!(
         out,
-        "  peak heap    {} in {} blocks, at {:.1} ms",
+        "  peak heap    {} in {}, at {:.1} ms",
         bytes(p.peak_bytes),
-        group(p.peak_blocks),
+        how_many(p.peak_blocks, "block"),
         p.peak_time_ms
     );
     if p.numpy.peak_bytes > 0 || p.numpy.not_freed_bytes > 0 {
         let _ = writeln!(
             out,
-            "  numpy        {} of array data at the peak in {} array{}; {} not freed",
+            "  numpy        {} of array data at the peak in {}; {} not freed",
             bytes(p.numpy.peak_bytes),
-            group(p.numpy.peak_blocks),
-            if p.numpy.peak_blocks == 1 { "" } else { "s" },
+            how_many(p.numpy.peak_blocks, "array"),
             bytes(p.numpy.not_freed_bytes)
         );
     }
@@ -163,16 +162,16 @@ fn write_process(out: &mut String, p: &ProcessReport, style: &Style) {
     let t = &p.totals;
     let _ = writeln!(
         out,
-        "  allocated    {} in {} allocations, {} frees",
+        "  allocated    {} in {}, {}",
         bytes(t.allocated_bytes),
-        group(t.allocations),
-        group(t.frees)
+        how_many(t.allocations, "allocation"),
+        how_many(t.frees, "free")
     );
     let _ = writeln!(
         out,
-        "  not freed    {} in {} blocks at {}",
+        "  not freed    {} in {} at {}",
         bytes(p.not_freed_bytes),
-        group(p.not_freed_blocks),
+        how_many(p.not_freed_blocks, "block"),
         if p.replaced_by_exec { "exec" } else { "exit" }
     );
     if let Some(guard) = guard_line(p) {
@@ -350,10 +349,10 @@ fn write_totals(out: &mut String, processes: &[ProcessReport]) {
     let sum = |f: fn(&ProcessReport) -> u64| processes.iter().map(f).fold(0, u64::saturating_add);
     let _ = writeln!(
         out,
-        "all processes: allocated {} in {} allocations, {} frees; not freed at exit {}",
+        "all processes: allocated {} in {}, {}; not freed at exit {}",
         bytes(sum(|p| p.totals.allocated_bytes)),
-        group(sum(|p| p.totals.allocations)),
-        group(sum(|p| p.totals.frees)),
+        how_many(sum(|p| p.totals.allocations), "allocation"),
+        how_many(sum(|p| p.totals.frees), "free"),
         bytes(sum(|p| p.not_freed_bytes))
     );
 }
@@ -369,8 +368,8 @@ fn flags(p: &ProcessReport) -> Vec<String> {
             other => other,
         };
         flags.push(format!(
-            "DEGRADED: tracking stopped early ({why}); {} allocations untracked",
-            group(p.untracked_allocations)
+            "DEGRADED: tracking stopped early ({why}); {} untracked",
+            how_many(p.untracked_allocations, "allocation")
         ));
     }
     if p.own_malloc {
@@ -459,6 +458,11 @@ pub fn human(n: u64) -> String {
         unit += 1;
     }
     format!("{value:.1} {}", UNITS[unit])
+}
+
+/// `1 block`, `2 blocks`, `1,024 blocks`: a count and its noun, plural but for one.
+pub fn how_many(n: u64, noun: &str) -> String {
+    format!("{} {noun}{}", group(n), if n == 1 { "" } else { "s" })
 }
 
 /// Thousands separated by commas: `1,572,864`.

@@ -212,6 +212,9 @@ fn units_and_grouping() {
     assert_eq!(bytes(1), "1 byte");
     assert_eq!(bytes(1023), "1023 bytes");
     assert_eq!(bytes(2048), "2.0 KiB (2,048 bytes)");
+    assert_eq!(how_many(0, "block"), "0 blocks");
+    assert_eq!(how_many(1, "allocation"), "1 allocation");
+    assert_eq!(how_many(1234, "free"), "1,234 frees");
 }
 
 fn injected_failure(
