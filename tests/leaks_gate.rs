@@ -128,6 +128,13 @@ fn a_suppression_removes_exactly_one_leak() {
         &[prog.arg(), "more"],
     );
     assert_eq!(all.outcome().code(), 0, "every leak suppressed");
+    let text = all.outcome().stderr_text();
+    assert!(
+        text.contains(
+            "leak check: no definite or indirect leaks (2 leaks suppressed or in the baseline)"
+        ),
+        "{text}"
+    );
 }
 
 #[test]

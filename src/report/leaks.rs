@@ -251,9 +251,17 @@ fn clean_line(p: &ProcessReport, kinds: &[u32]) -> String {
         p.pid,
         counted.join(" or ")
     );
-    let suppressed = p.leaks.iter().filter(|l| l.suppressed).count();
+    let suppressed = p
+        .leaks
+        .iter()
+        .filter(|l| l.suppressed && kind_code(&l.kind).is_some_and(|k| kinds.contains(&k)))
+        .count();
     if suppressed > 0 {
-        let _ = write!(line, " ({suppressed} suppressed or in the baseline)");
+        let _ = write!(
+            line,
+            " ({} suppressed or in the baseline)",
+            super::text::how_many(suppressed as u64, "leak")
+        );
     }
     let summary = p.leak_summary.unwrap_or_default();
     let others: Vec<String> = [
