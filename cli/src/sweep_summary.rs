@@ -3,7 +3,7 @@
 
 use std::fmt::Write;
 
-use memwarden::report::text::chain;
+use memwarden::report::chain::chain;
 use memwarden::Exit;
 
 use crate::sweep_outcome::Outcome;

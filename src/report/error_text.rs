@@ -5,9 +5,10 @@
 
 use std::fmt::Write;
 
+use super::chain::{chain_of, shorten};
 use super::errors::ErrorReport;
 use super::json::{FrameReport, ProcessReport, UNKNOWN_STACK_LABEL};
-use super::text::{chain_of, group, shorten};
+use super::text::group;
 
 /// Heap errors shown in full per process; report.json has every one stored.
 pub const MAX_ERRORS_SHOWN: usize = 10;

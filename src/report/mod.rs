@@ -1,6 +1,7 @@
 //! The report, last stage of the pipeline: from an output folder's profiles to
 //! `report.json`, the collapsed stacks, the flame graphs and the summary text.
 
+pub mod chain;
 mod collapsed;
 pub mod error_text;
 pub mod errors;

@@ -77,6 +77,19 @@ pub(crate) fn function_frame(function: &str) -> FrameReport {
     }
 }
 
+/// A Python frame: `file:line (function)`.
+pub(crate) fn python_frame(file: &str, line: u32, function: &str) -> FrameReport {
+    FrameReport {
+        function: Some(function.to_owned()),
+        file: Some(file.to_owned()),
+        line: Some(line),
+        module: None,
+        address: None,
+        inlined: false,
+        kind: FrameKind::Python,
+    }
+}
+
 /// A stack of `p` of named functions (innermost first, entered in `p`'s frame table) with
 /// these bytes at the peak, live at exit and allocated; one block per 8 bytes.
 pub(crate) fn stack_report(

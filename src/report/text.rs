@@ -2,70 +2,14 @@
 //! its exit, peak, NumPy array data, top stacks at the peak, totals, leaks, injected
 //! failures, crash, flags and guard mode, then its heap errors (`error_text`).
 
-use std::collections::HashMap;
 use std::fmt::Write;
 
+use super::chain::{chain_of, shorten, top_at_peak, CHAIN_FRAMES};
 use super::error_text::{guard_line, total_line, write_errors};
-use super::json::{FrameKind, FrameReport, ProcessReport, Report};
-use crate::word_map::WordMap;
+use super::json::{ProcessReport, Report};
 
 /// Processes shown in full; more are summed up in one line (report.json has them all).
 pub const MAX_PROCESSES_SHOWN: usize = 12;
-/// Frames shown per stack in the summary.
-const CHAIN_FRAMES: usize = 3;
-/// Longest frame label shown in the summary, in characters.
-const MAX_LABEL: usize = 70;
-/// Between the frames of a chain, innermost first.
-const CHAIN_SEPARATOR: &str = " <- ";
-/// A chain with no frame to show.
-const NO_FRAMES: &str = "(no frames)";
-
-/// Functions that only pass an allocation through; the summary shows their callers.
-const ALLOCATOR_FUNCTIONS: &[&str] = &[
-    "malloc",
-    "calloc",
-    "realloc",
-    "reallocarray",
-    "free",
-    "free_sized",
-    "free_aligned_sized",
-    "posix_memalign",
-    "aligned_alloc",
-    "memalign",
-    "valloc",
-    "pvalloc",
-    "__libc_malloc",
-    "__libc_calloc",
-    "__libc_realloc",
-    "__libc_memalign",
-    "__rust_alloc",
-    "__rust_alloc_zeroed",
-    "__rust_realloc",
-    "__rdl_alloc",
-    "__rdl_alloc_zeroed",
-    "__rdl_realloc",
-    "__rg_alloc",
-    "__rg_alloc_zeroed",
-    "__rg_realloc",
-];
-/// Name prefixes of allocator plumbing (C++ and Rust standard libraries).
-const ALLOCATOR_PREFIXES: &[&str] = &[
-    "operator new",
-    "operator delete",
-    "alloc::",
-    "<alloc::",
-    "core::alloc::",
-    "std::alloc::",
-    "<std::alloc::",
-    "__gnu_cxx::new_allocator",
-    "__gnu_cxx::__new_allocator",
-    "std::__new_allocator",
-    "std::allocator",
-    "std::allocator_traits",
-    "hashbrown::raw::",
-    "<hashbrown::",
-];
-
 /// How the summary is drawn.
 pub struct Style {
     /// Stacks shown per process.
@@ -212,112 +156,6 @@ fn write_process(out: &mut String, p: &ProcessReport, style: &Style) {
     }
 }
 
-/// The `count` largest figures at the peak, each with the chain of frames the summary
-/// prints for it. Stacks that print the same chain are one entry: recorded stacks differ in
-/// frames the chain does not show (a caller further out, the instructions of one Python
-/// line, two return addresses in one function), and printed apart they would read as the
-/// same line twice, each with part of its bytes.
-fn top_at_peak(p: &ProcessReport, count: usize) -> Vec<(u64, String)> {
-    let mut printed = PrintedFrames::new(p);
-    let mut entries: Vec<(u64, ChainKey)> = Vec::new();
-    let mut index: HashMap<ChainKey, usize> = HashMap::new();
-    for stack in p.stacks.iter().filter(|s| s.at_peak_bytes > 0) {
-        let key = printed.chain_key(&stack.frames);
-        match index.get(&key) {
-            Some(&i) => entries[i].0 = entries[i].0.saturating_add(stack.at_peak_bytes),
-            None => {
-                index.insert(key, entries.len());
-                entries.push((stack.at_peak_bytes, key));
-            }
-        }
-    }
-    // Stable: equal figures keep the order of report.json's stacks.
-    entries.sort_by_key(|&(bytes, _)| std::cmp::Reverse(bytes));
-    entries.truncate(count);
-    entries
-        .into_iter()
-        .map(|(bytes, key)| (bytes, printed.text(&key)))
-        .collect()
-}
-
-/// A chain as the summary prints it: the ids [`PrintedFrames`] gives its labels, innermost
-/// first.
-#[derive(Clone, Copy, PartialEq, Eq, Hash)]
-struct ChainKey {
-    labels: [u32; CHAIN_FRAMES],
-    len: u8,
-}
-
-/// One id per distinct printed label of a process's frames, made as frames are met: each
-/// label is formatted once, however many stacks show its frame.
-struct PrintedFrames<'p> {
-    process: &'p ProcessReport,
-    /// Each frame's label id, `u32::MAX` until met.
-    label_of_frame: Vec<u32>,
-    /// The first frame met with each label id.
-    frame_of_label: Vec<u32>,
-    by_text: WordMap<String, u32>,
-}
-
-impl<'p> PrintedFrames<'p> {
-    fn new(process: &'p ProcessReport) -> Self {
-        PrintedFrames {
-            process,
-            label_of_frame: vec![u32::MAX; process.frames.len()],
-            frame_of_label: Vec::new(),
-            by_text: WordMap::default(),
-        }
-    }
-
-    /// The key of the chain [`chain_of`] prints for a stack of `frames` (indices into the
-    /// frame table; those missing from it are passed over, as `resolve` does).
-    fn chain_key(&mut self, frames: &[u32]) -> ChainKey {
-        let table = &self.process.frames;
-        let present = || {
-            frames
-                .iter()
-                .filter_map(|&i| table.get(i as usize).map(|f| (i, f)))
-        };
-        let start = chain_start(present().map(|(_, f)| f));
-        let mut key = ChainKey {
-            labels: [0; CHAIN_FRAMES],
-            len: 0,
-        };
-        for (slot, (index, _)) in key.labels.iter_mut().zip(present().skip(start)) {
-            *slot = self.label_id(index as usize);
-            key.len += 1;
-        }
-        key
-    }
-
-    fn label_id(&mut self, frame: usize) -> u32 {
-        if self.label_of_frame[frame] == u32::MAX {
-            let next = self.frame_of_label.len() as u32;
-            let text = shorten(&self.process.frames[frame].label());
-            let id = *self.by_text.entry(text).or_insert(next);
-            if id == next {
-                self.frame_of_label.push(frame as u32);
-            }
-            self.label_of_frame[frame] = id;
-        }
-        self.label_of_frame[frame]
-    }
-
-    /// The chain's text, as [`chain_of`] writes it.
-    fn text(&self, key: &ChainKey) -> String {
-        let labels = &key.labels[..usize::from(key.len)];
-        if labels.is_empty() {
-            return NO_FRAMES.to_owned();
-        }
-        let frames = &self.process.frames;
-        let texts: Vec<String> = labels
-            .iter()
-            .map(|&id| shorten(&frames[self.frame_of_label[id as usize] as usize].label()))
-            .collect();
-        texts.join(CHAIN_SEPARATOR)
-    }
-}
-
 /// `3 allocation failures (rule 1: 2, rule 2: 1)`, counted by rule over the stored
 /// failures, with how many more were injected than stored.
 fn injected(p: &ProcessReport) -> String {
@@ -385,53 +223,6 @@ fn flags(p: &ProcessReport) -> Vec<String> {
         flags.push("forked: started with its parent's heap".into());
     }
     flags
-}
-
-/// Whether a frame only passes the allocation through.
-fn is_allocator_frame(frame: &FrameReport) -> bool {
-    let Some(function) = frame.function.as_deref() else {
-        return false;
-    };
-    ALLOCATOR_FUNCTIONS.contains(&function)
-        || ALLOCATOR_PREFIXES.iter().any(|p| function.starts_with(p))
-}
-
-/// The innermost few frames that are not allocator plumbing, innermost first.
-pub fn chain(frames: &[FrameReport]) -> String {
-    chain_of(&frames.iter().collect::<Vec<_>>(), CHAIN_FRAMES)
-}
-
-/// Like [`chain`], with at most `count` frames. A stack with Python frames starts at the
-/// innermost one: the Python line that allocated says more than the C code beneath it.
-pub(crate) fn chain_of(frames: &[&FrameReport], count: usize) -> String {
-    let first_meaningful = chain_start(frames.iter().copied());
-    let labels: Vec<String> = frames[first_meaningful..]
-        .iter()
-        .take(count)
-        .map(|f| shorten(&f.label()))
-        .collect();
-    if labels.is_empty() {
-        NO_FRAMES.to_owned()
-    } else {
-        labels.join(CHAIN_SEPARATOR)
-    }
-}
-
-/// Where a chain starts among `frames` (innermost first): at the first Python frame, or
-/// else at the first that is not allocator plumbing, or else at the first.
-fn chain_start<'a>(frames: impl Iterator<Item = &'a FrameReport> + Clone) -> usize {
-    frames
-        .clone()
-        .position(|f| f.kind == FrameKind::Python)
-        .or_else(|| frames.clone().position(|f| !is_allocator_frame(f)))
-        .unwrap_or(0)
-}
-
-pub(crate) fn shorten(label: &str) -> String {
-    match label.char_indices().nth(MAX_LABEL) {
-        Some((cut, _)) => format!("{}…", &label[..cut]),
-        None => label.to_owned(),
-    }
 }
 
 /// `1.5 MiB (1,572,864 bytes)`, or `512 bytes` (`1 byte`) below one KiB.

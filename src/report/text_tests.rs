@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::report::test_report::{
-    function_frame, intern, intern_all, process_report, stack_report,
+    function_frame, intern, intern_all, process_report, python_frame, stack_report,
 };
 use crate::Exit;
 
@@ -180,24 +180,6 @@ fn colour_only_when_asked() {
 }
 
 #[test]
-fn chains_skip_allocator_plumbing_but_never_show_nothing() {
-    let frames = |names: &[&str]| names.iter().map(|n| function_frame(n)).collect::<Vec<_>>();
-    assert_eq!(
-        chain(&frames(&[
-            "__rust_alloc",
-            "alloc::raw_vec::finish_grow",
-            "app::load",
-            "app::main",
-            "main",
-            "start"
-        ])),
-        "app::load <- app::main <- main"
-    );
-    assert_eq!(chain(&frames(&["malloc"])), "malloc");
-    assert_eq!(chain(&[]), "(no frames)");
-}
-
-#[test]
 fn units_and_grouping() {
     assert_eq!(human(0), "0 B");
     assert_eq!(human(1023), "1023 B");
@@ -292,18 +274,6 @@ fn injected_failures_are_counted_by_rule_and_the_crash_is_placed() {
         &[],
     );
     assert!(!quiet.contains("injected") && !quiet.contains("crashed"));
-}
-
-fn python_frame(file: &str, line: u32, function: &str) -> FrameReport {
-    FrameReport {
-        function: Some(function.to_owned()),
-        file: Some(file.to_owned()),
-        line: Some(line),
-        module: None,
-        address: None,
-        inlined: false,
-        kind: FrameKind::Python,
-    }
 }
 
 #[test]
