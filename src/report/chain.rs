@@ -110,6 +110,19 @@ pub(crate) fn chain_of(frames: &[&FrameReport], count: usize) -> String {
     joined(&labels, own)
 }
 
+/// The one frame that says where a stack is: the first its chain shows (no program's own
+/// frame after it), for one-line summaries in the sanitizers' style.
+pub(crate) fn place_of(frames: &[&FrameReport]) -> String {
+    let plan = plan(frames, 1);
+    joined(
+        &frames[plan.start..plan.end]
+            .iter()
+            .map(|f| shorten(&f.label()))
+            .collect::<Vec<_>>(),
+        None,
+    )
+}
+
 /// The chain of a stack's frames, as the summary shows it.
 pub fn chain(frames: &[FrameReport]) -> String {
     chain_of(&frames.iter().collect::<Vec<_>>(), CHAIN_FRAMES)

@@ -67,6 +67,18 @@ fn library_code_is_followed_by_the_programs_own_innermost_frame() {
 }
 
 #[test]
+fn a_place_is_the_chains_first_frame_alone() {
+    let frames = [
+        function_frame("malloc"),
+        python_frame(PANDAS, 1, "take"),
+        python_frame(OWN, 40, "load"),
+    ];
+    let frames: Vec<&FrameReport> = frames.iter().collect();
+    assert_eq!(place_of(&frames), "take.py:1 (take)");
+    assert_eq!(place_of(&[]), "(no frames)");
+}
+
+#[test]
 fn library_files_are_the_interpreters_folders_and_frozen_modules() {
     for library in [
         STDLIB,

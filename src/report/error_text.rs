@@ -5,7 +5,7 @@
 
 use std::fmt::Write;
 
-use super::chain::{chain_of, shorten};
+use super::chain::{chain_of, place_of, shorten};
 use super::errors::ErrorReport;
 use super::json::{FrameReport, ProcessReport, UNKNOWN_STACK_LABEL};
 use super::text::group;
@@ -101,10 +101,7 @@ fn write_error(out: &mut String, p: &ProcessReport, e: &ErrorReport) {
     let place = stack
         .as_deref()
         .filter(|frames| !frames.is_empty())
-        .map_or_else(
-            || "an unknown place".to_owned(),
-            |frames| chain_of(frames, 1),
-        );
+        .map_or_else(|| "an unknown place".to_owned(), place_of);
     let _ = writeln!(out, "SUMMARY: memwarden: {} at {place}", e.kind);
 }
 
