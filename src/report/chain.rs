@@ -6,6 +6,7 @@
 //! installed package) and the program's own Python code lies further out, its innermost
 //! frame ends the chain: `take.py:124 (take_nd) <- … <- etl.py:40 (load)`.
 
+use std::cell::Cell;
 use std::collections::HashMap;
 
 use super::json::{FrameKind, FrameReport, ProcessReport};
@@ -78,20 +79,32 @@ struct Plan {
     own: Option<usize>,
 }
 
-/// The chain of `frames` (innermost first), with at most `count` frames besides the
-/// program's own.
-fn plan(frames: &[&FrameReport], count: usize) -> Plan {
-    let python = frames.iter().position(|f| f.kind == FrameKind::Python);
+/// What a chain needs to know of a frame, as bits: a Python frame, the allocator's own,
+/// the program's own Python code.
+const PYTHON: u8 = 1;
+const ALLOCATOR: u8 = 2;
+const OWN: u8 = 4;
+
+fn class_of(frame: &FrameReport) -> u8 {
+    match frame.kind {
+        FrameKind::Python if is_own_python(frame) => PYTHON | OWN,
+        FrameKind::Python => PYTHON,
+        _ if is_allocator_frame(frame) => ALLOCATOR,
+        _ => 0,
+    }
+}
+
+/// The chain of a stack of `len` frames (innermost first) whose classes `class(i)` gives,
+/// with at most `count` frames besides the program's own.
+fn plan(len: usize, count: usize, class: impl Fn(usize) -> u8) -> Plan {
+    let has = |at: usize, bit: u8| class(at) & bit != 0;
+    let python = (0..len).find(|&at| has(at, PYTHON));
     let start = python
-        .or_else(|| frames.iter().position(|f| !is_allocator_frame(f)))
+        .or_else(|| (0..len).find(|&at| !has(at, ALLOCATOR)))
         .unwrap_or(0);
-    let end = frames.len().min(start + count);
-    let shown = &frames[start..end];
+    let end = len.min(start + count);
     let own = match python {
-        Some(_) if !shown.iter().any(|f| is_own_python(f)) => frames[end..]
-            .iter()
-            .position(|f| is_own_python(f))
-            .map(|at| end + at),
+        Some(_) if !(start..end).any(|at| has(at, OWN)) => (end..len).find(|&at| has(at, OWN)),
         _ => None,
     };
     Plan { start, end, own }
@@ -99,25 +112,25 @@ fn plan(frames: &[&FrameReport], count: usize) -> Plan {
 
 /// The chain of `frames` with at most `count` frames besides the program's own.
 pub(crate) fn chain_of(frames: &[&FrameReport], count: usize) -> String {
-    let plan = plan(frames, count);
+    let plan = plan(frames.len(), count, |at| class_of(frames[at]));
     let labels: Vec<String> = frames[plan.start..plan.end]
         .iter()
-        .map(|f| shorten(&f.label()))
+        .map(|f| shortened(f.label()))
         .collect();
     let own = plan
         .own
-        .map(|at| (at > plan.end, shorten(&frames[at].label())));
+        .map(|at| (at > plan.end, shortened(frames[at].label())));
     joined(&labels, own)
 }
 
 /// The one frame that says where a stack is: the first its chain shows (no program's own
 /// frame after it), for one-line summaries in the sanitizers' style.
 pub(crate) fn place_of(frames: &[&FrameReport]) -> String {
-    let plan = plan(frames, 1);
+    let plan = plan(frames.len(), 1, |at| class_of(frames[at]) & !OWN);
     joined(
         &frames[plan.start..plan.end]
             .iter()
-            .map(|f| shorten(&f.label()))
+            .map(|f| shortened(f.label()))
             .collect::<Vec<_>>(),
         None,
     )
@@ -197,10 +210,16 @@ struct PrintedFrames<'p> {
     /// The first frame met with each label id.
     frame_of_label: Vec<u32>,
     by_text: WordMap<String, u32>,
-    /// The stack being keyed: its frames and their indices (reused from stack to stack).
-    frames: Vec<&'p FrameReport>,
+    /// Each frame's class ([`class_of`]) with [`KNOWN`] set, 0 until asked: every stack's
+    /// chain looks through frames of the table's, many of them in every stack, and a
+    /// byte per frame is all it reads of them.
+    class_of_frame: Vec<Cell<u8>>,
+    /// The stack being keyed: its frames' indices (reused from stack to stack).
     indices: Vec<u32>,
 }
+
+/// Set in a frame's cached class once it is known.
+const KNOWN: u8 = 128;
 
 impl<'p> PrintedFrames<'p> {
     fn new(process: &'p ProcessReport) -> Self {
@@ -209,7 +228,7 @@ impl<'p> PrintedFrames<'p> {
             label_of_frame: vec![u32::MAX; process.frames.len()],
             frame_of_label: Vec::new(),
             by_text: WordMap::default(),
-            frames: Vec::new(),
+            class_of_frame: vec![Cell::new(0); process.frames.len()],
             indices: Vec::new(),
         }
     }
@@ -218,15 +237,18 @@ impl<'p> PrintedFrames<'p> {
     /// frame table; those missing from it are passed over, as `resolve` does).
     fn chain_key(&mut self, frames: &[u32]) -> ChainKey {
         let table: &'p [FrameReport] = &self.process.frames;
-        self.frames.clear();
         self.indices.clear();
-        for &index in frames {
-            if let Some(frame) = table.get(index as usize) {
-                self.frames.push(frame);
-                self.indices.push(index);
+        self.indices
+            .extend(frames.iter().filter(|&&i| (i as usize) < table.len()));
+        let (indices, classes) = (&self.indices, &self.class_of_frame);
+        let plan = plan(indices.len(), CHAIN_FRAMES, |at| {
+            let index = indices[at] as usize;
+            let known = &classes[index];
+            if known.get() == 0 {
+                known.set(class_of(&table[index]) | KNOWN);
             }
-        }
-        let plan = plan(&self.frames, CHAIN_FRAMES);
+            known.get()
+        });
         let mut key = ChainKey {
             labels: [0; CHAIN_FRAMES],
             len: 0,
@@ -247,7 +269,7 @@ impl<'p> PrintedFrames<'p> {
     fn label_id(&mut self, frame: usize) -> u32 {
         if self.label_of_frame[frame] == u32::MAX {
             let next = self.frame_of_label.len() as u32;
-            let text = shorten(&self.process.frames[frame].label());
+            let text = shortened(self.process.frames[frame].label());
             let id = *self.by_text.entry(text).or_insert(next);
             if id == next {
                 self.frame_of_label.push(frame as u32);
@@ -259,7 +281,7 @@ impl<'p> PrintedFrames<'p> {
 
     fn label(&self, id: u32) -> String {
         let frame = self.frame_of_label[id as usize] as usize;
-        shorten(&self.process.frames[frame].label())
+        shortened(self.process.frames[frame].label())
     }
 
     /// The chain's text, as [`chain_of`] writes it.
@@ -320,10 +342,16 @@ fn is_python_folder(name: &str) -> bool {
 }
 
 pub(crate) fn shorten(label: &str) -> String {
-    match label.char_indices().nth(MAX_LABEL) {
-        Some((cut, _)) => format!("{}…", &label[..cut]),
-        None => label.to_owned(),
+    shortened(label.to_owned())
+}
+
+/// `label`, cut to [`MAX_LABEL`] characters and an ellipsis if longer.
+pub(crate) fn shortened(mut label: String) -> String {
+    if let Some((cut, _)) = label.char_indices().nth(MAX_LABEL) {
+        label.truncate(cut);
+        label.push('…');
     }
+    label
 }
 
 #[cfg(test)]

@@ -4,7 +4,7 @@
 
 use std::fmt::Write;
 
-use super::chain::{chain_of, shorten, top_at_peak, CHAIN_FRAMES};
+use super::chain::{chain_of, shortened, top_at_peak, CHAIN_FRAMES};
 use super::error_text::{guard_line, total_line, write_errors};
 use super::json::{ProcessReport, Report};
 
@@ -141,7 +141,7 @@ fn write_process(out: &mut String, p: &ProcessReport, style: &Style) {
         let place: Vec<String> = p
             .frames_of(&crash.frames)
             .take(CHAIN_FRAMES)
-            .map(|f| shorten(&f.label()))
+            .map(|f| shortened(f.label()))
             .collect();
         let place = if place.is_empty() {
             "an unknown place".to_owned()
