@@ -46,6 +46,18 @@ fn a_check_that_finds_no_counted_leak_says_so() {
     assert!(!text.contains("SUMMARY: memwarden:"), "{text}");
     assert!(!text.contains("could not be stopped"), "{text}");
 
+    // WHEN possible leaks count too, THEN the line names the three kinds.
+    let three = run_leak_check(
+        &scratch,
+        &["--leak-kinds", "definite,indirect,possible"],
+        &[prog.arg()],
+    );
+    let text = three.outcome().stderr_text();
+    assert!(
+        text.contains(": leak check: no definite, indirect or possible leaks; not counted: "),
+        "{text}"
+    );
+
     // WHEN reachable blocks count too, THEN the one kept is a leak the gate fails on.
     let counted = run_leak_check(
         &scratch,

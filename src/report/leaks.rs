@@ -246,10 +246,14 @@ fn clean_line(p: &ProcessReport, kinds: &[u32]) -> String {
         .filter(|k| kinds.contains(k))
         .map(leak_kind::name)
         .collect();
+    let kinds_text = match counted.split_last() {
+        Some((last, [])) => (*last).to_owned(),
+        Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+        None => "counted".to_owned(),
+    };
     let mut line = format!(
-        "memwarden: pid {}: leak check: no {} leaks",
-        p.pid,
-        counted.join(" or ")
+        "memwarden: pid {}: leak check: no {kinds_text} leaks",
+        p.pid
     );
     let suppressed = p
         .leaks
