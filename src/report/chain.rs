@@ -70,7 +70,7 @@ const ALLOCATOR_PREFIXES: &[&str] = &[
 ];
 
 /// Which of a stack's frames (positions, innermost first) a chain shows.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy)]
 struct Plan {
     /// The frames `start..end`.
     start: usize,

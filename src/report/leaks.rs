@@ -226,14 +226,14 @@ pub fn write_leaks(out: &mut String, p: &ProcessReport, kinds: &[u32]) {
     }
     if check.threads_missed > 0 {
         // Their registers were not roots: a block only a register held would show as lost.
+        let (threads, whose) = match check.threads_missed {
+            1 => ("1 thread".to_owned(), "its"),
+            n => (format!("{n} threads"), "their"),
+        };
         let _ = writeln!(
             out,
-            "memwarden: pid {}: leak check: {} thread{} could not be stopped; {} stack was scanned, not {} registers",
-            p.pid,
-            check.threads_missed,
-            if check.threads_missed == 1 { "" } else { "s" },
-            if check.threads_missed == 1 { "its" } else { "their" },
-            if check.threads_missed == 1 { "its" } else { "their" },
+            "memwarden: pid {}: leak check: {threads} could not be stopped; {whose} stack was scanned, not {whose} registers",
+            p.pid
         );
     }
 }
