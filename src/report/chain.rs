@@ -113,27 +113,25 @@ fn plan(len: usize, count: usize, class: impl Fn(usize) -> u8) -> Plan {
 /// The chain of `frames` with at most `count` frames besides the program's own.
 pub(crate) fn chain_of(frames: &[&FrameReport], count: usize) -> String {
     let plan = plan(frames.len(), count, |at| class_of(frames[at]));
-    let labels: Vec<String> = frames[plan.start..plan.end]
-        .iter()
-        .map(|f| shortened(f.label()))
-        .collect();
     let own = plan
         .own
         .map(|at| (at > plan.end, shortened(frames[at].label())));
-    joined(&labels, own)
+    joined(&shown_labels(frames, plan), own)
 }
 
 /// The one frame that says where a stack is: the first its chain shows (no program's own
 /// frame after it), for one-line summaries in the sanitizers' style.
 pub(crate) fn place_of(frames: &[&FrameReport]) -> String {
     let plan = plan(frames.len(), 1, |at| class_of(frames[at]) & !OWN);
-    joined(
-        &frames[plan.start..plan.end]
-            .iter()
-            .map(|f| shortened(f.label()))
-            .collect::<Vec<_>>(),
-        None,
-    )
+    joined(&shown_labels(frames, plan), None)
+}
+
+/// The labels of the frames `plan` shows before the program's own.
+fn shown_labels(frames: &[&FrameReport], plan: Plan) -> Vec<String> {
+    frames[plan.start..plan.end]
+        .iter()
+        .map(|f| shortened(f.label()))
+        .collect()
 }
 
 /// The chain of a stack's frames, as the summary shows it.
