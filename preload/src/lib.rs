@@ -78,6 +78,7 @@ mod stack_prefix;
 mod stack_table;
 mod thread_state;
 mod unwind;
+mod walk_limit;
 
 #[global_allocator]
 static OWN_HEAP: libc_alloc::LibcAllocator = libc_alloc::LibcAllocator;

@@ -11,6 +11,7 @@ use crate::profile_file::{self, clock_ns, Identity, ProfileFile};
 use crate::stack_table::StackTable;
 use crate::thread_state::Guard;
 use crate::unwind::Caller;
+use crate::walk_limit::WalkLimit;
 use crate::{
     accounting, address_room, lifecycle, own_stack, python_native_cut, python_runtime,
     python_stack, unwind,
@@ -79,13 +80,16 @@ impl Recorder {
     /// [`stack_of`](Self::stack_of)'s work, on whichever stack it runs.
     fn capture(&self, guard: &Guard, caller: Caller) -> u32 {
         let depth = self.config.max_depth();
-        let intern = |frames: &[u64]| match python_runtime::runtime() {
-            Some(runtime) => {
-                python_native_cut::interned_cut(runtime, frames, depth, |kept| self.intern(kept))
+        let below_python = python_runtime::runtime()
+            .map(|runtime| python_native_cut::BelowPython::new(runtime, guard, caller.sp));
+        let intern = |frames: &[u64]| match &below_python {
+            Some(below) => {
+                python_native_cut::interned_cut(below, frames, depth, |kept| self.intern(kept))
             }
             None => self.intern(frames),
         };
-        let native = unwind::caller_stack(guard, caller, depth, &intern);
+        let limit = WalkLimit::new(depth, below_python.as_ref());
+        let native = unwind::caller_stack(guard, caller, &limit, &intern);
         if caller.marker == 0 && python_runtime::runtime().is_none() {
             return native;
         }

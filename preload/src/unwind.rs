@@ -19,6 +19,7 @@ use crate::modules;
 use crate::own_stack::on_own_stack;
 use crate::snapshot::{rebuild, snapshot, Snapshot};
 use crate::thread_state::Guard;
+use crate::walk_limit::WalkLimit;
 
 /// Per-thread unwinding state: the rule caches, the stack memo, and the previous walk with
 /// room for the next one.
@@ -116,31 +117,30 @@ impl Caller {
     }
 }
 
-/// The id of the caller's stack (innermost first, starting at `caller`, at most `depth`
-/// frames), as `intern` gives it for the frames found.
+/// The id of the caller's stack (innermost first, starting at `caller`, walked as far as
+/// `limit` lets it), as `intern` gives it for the frames found.
 #[inline(never)]
 pub fn caller_stack(
     guard: &Guard,
     caller: Caller,
-    depth: usize,
+    limit: &WalkLimit,
     intern: &dyn Fn(&[u64]) -> u32,
 ) -> u32 {
     let Some(snapshot) = snapshot() else {
         return intern(&[]);
     };
-    let depth = depth.min(memwarden_abi::MAX_DEPTH_LIMIT as usize);
-    match walk(guard, caller, snapshot, depth, intern) {
+    match walk(guard, caller, snapshot, limit, intern) {
         Outcome::Known(stack) => stack,
         Outcome::SawUnknownModule => {
             if modules::loader_generation() != snapshot.loader_generation {
                 rebuild(guard, crate::lifecycle::recorder().map(|r| &r.file));
             }
             let fresh = crate::snapshot::snapshot().unwrap_or(snapshot);
-            match walk(guard, caller, fresh, depth, intern) {
+            match walk(guard, caller, fresh, limit, intern) {
                 Outcome::Known(stack) => stack,
                 // Code outside every module (JIT code, say): keep what was found, unmemoized.
                 Outcome::SawUnknownModule => {
-                    walk_frames(guard, caller, fresh, depth, intern, false)
+                    walk_frames(guard, caller, fresh, limit, intern, false)
                 }
             }
         }
@@ -157,10 +157,10 @@ fn walk(
     guard: &Guard,
     caller: Caller,
     snapshot: &Snapshot,
-    depth: usize,
+    limit: &WalkLimit,
     intern: &dyn Fn(&[u64]) -> u32,
 ) -> Outcome {
-    let stack = walk_frames(guard, caller, snapshot, depth, intern, true);
+    let stack = walk_frames(guard, caller, snapshot, limit, intern, true);
     if stack == UNKNOWN_MODULE {
         Outcome::SawUnknownModule
     } else {
@@ -177,7 +177,7 @@ fn walk_frames(
     guard: &Guard,
     caller: Caller,
     snapshot: &Snapshot,
-    depth: usize,
+    limit: &WalkLimit,
     intern: &dyn Fn(&[u64]) -> u32,
     strict: bool,
 ) -> u32 {
@@ -206,7 +206,7 @@ fn walk_frames(
         address,
         regs,
         &read_stack,
-        depth,
+        limit,
         intern,
         key,
         worth_proving,
@@ -225,7 +225,7 @@ fn unwind_fully(
     mut address: FrameAddress,
     mut regs: UnwindRegsX86_64,
     read_stack: &dyn Fn(u64) -> Result<u64, ()>,
-    depth: usize,
+    limit: &WalkLimit,
     intern: &dyn Fn(&[u64]) -> u32,
     key: MemoKey,
     worth_proving: bool,
@@ -256,7 +256,7 @@ fn unwind_fully(
             snapshot_id,
             &level,
             current.len(),
-            depth,
+            limit.depth,
             &read_stack,
         );
         if let Some(at) = resumed {
@@ -265,7 +265,7 @@ fn unwind_fully(
                 return previous.stack();
             }
             current.push_level(level);
-            current.splice_from(previous, at, depth);
+            current.splice_from(previous, at, limit.depth);
             break;
         }
         current.push_level(level);
@@ -280,7 +280,7 @@ fn unwind_fully(
             // above the innermost evaluation loop are the interpreter's, left out anyway.
             break;
         }
-        if current.len() >= depth {
+        if limit.reached(current.frames()) {
             current.set_truncated();
             break;
         }
