@@ -48,11 +48,11 @@ pub const KEEP_OUTER: usize = 2;
 pub const RUN_SEEN: usize = KEEP_INNER + 2;
 /// Bytes of stack between a call and the innermost evaluation loop's C frame past which a
 /// run of the interpreter's frames below the Python line keeps only its inner end. On the
-/// imports benchmark, 98% of the allocations that begin with such a run lie more than 1 KiB
-/// below the loop, 78% 1–3 KiB (the parser's and the compiler's recursion); an extension's or the
-/// interpreter's C function calling the C API lies a few hundred bytes below it, unless
-/// its own frames are large (a ctypes call through libffi lies 1–2 KiB below, and loses
-/// its frames to the marker).
+/// imports benchmark, 98% of the allocations that begin with such a run lie more than
+/// 1 KiB below the loop, 78% 1–3 KiB (the parser's and the compiler's recursion); an
+/// extension's or the interpreter's C function calling the C API lies a few hundred bytes
+/// below it, unless its own frames are large (a ctypes call through libffi lies 1–2 KiB
+/// below, and loses its frames to the marker).
 pub const FAR_BELOW_PYTHON: u64 = 1024;
 
 /// What is kept of a native stack.

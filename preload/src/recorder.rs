@@ -90,7 +90,7 @@ impl Recorder {
         };
         let limit = WalkLimit::new(depth, below_python.as_ref());
         let native = unwind::caller_stack(guard, caller, &limit, &intern);
-        if caller.marker == 0 && python_runtime::runtime().is_none() {
+        if caller.marker == 0 && below_python.is_none() {
             return native;
         }
         let marker = (caller.marker != 0).then_some(caller.marker);
