@@ -77,6 +77,7 @@ mod stack_memo;
 mod stack_prefix;
 mod stack_table;
 mod thread_state;
+mod thread_unwinder;
 mod unwind;
 mod walk_limit;
 

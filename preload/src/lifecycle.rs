@@ -11,7 +11,7 @@ use crate::log;
 use crate::profile_file::Identity;
 use crate::recorder::Recorder;
 use crate::thread_state::Guard;
-use crate::{crash, fork, guard, injection, page_guard, snapshot, unwind};
+use crate::{crash, fork, guard, injection, page_guard, snapshot, thread_unwinder};
 
 const UNINITIALIZED: u8 = 0;
 const INITIALIZING: u8 = 1;
@@ -73,7 +73,7 @@ pub fn initialize() {
                 recorder as *const Recorder as *mut Recorder,
                 Ordering::Release,
             );
-            unwind::install_thread_exit_hook();
+            thread_unwinder::install_thread_exit_hook();
             crate::hooks_wait::find_originals();
             snapshot::rebuild(&guard, Some(&recorder.file));
             recorder.note_own_malloc();

@@ -30,7 +30,7 @@ use crate::python_runtime::{self, PythonRuntime};
 use crate::python_stack_memo::MergeInputs;
 use crate::recorder::Recorder;
 use crate::thread_state::Guard;
-use crate::unwind::with_merged_memo;
+use crate::thread_unwinder::with_merged_memo;
 
 const MAX_DEPTH: usize = MAX_DEPTH_LIMIT as usize;
 /// Frames followed at most along one chain (a bound should the chain ever be corrupt).

@@ -5,85 +5,19 @@
 //! walk. Stack reads are bounded to the thread's stack, so a bad unwind rule can end a stack
 //! early but never fault.
 
-use core::sync::atomic::{AtomicU64, Ordering};
-
 use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64};
 use framehop::{FrameAddress, Unwinder};
 
-use crate::python_stack_memo::MergedMemo;
 use crate::rule_caches::RuleCaches;
-use crate::stack_memo::{Lookup, MemoKey, Proof, RecordedReads, StackMemo};
+use crate::stack_memo::{Lookup, MemoKey, Proof, RecordedReads};
 use crate::stack_prefix::{Level, Walk};
+use crate::thread_unwinder::{thread_unwinder, ThreadUnwinder};
 
 use crate::modules;
 use crate::own_stack::on_own_stack;
 use crate::snapshot::{rebuild, snapshot, Snapshot};
 use crate::thread_state::Guard;
 use crate::walk_limit::WalkLimit;
-
-/// Per-thread unwinding state: the rule caches, the stack memo, and the previous walk with
-/// room for the next one.
-pub struct ThreadUnwinder {
-    rules: RuleCaches,
-    memo: Box<StackMemo>,
-    /// Made on the thread's first Python stack: 96 KiB other threads never need.
-    merged: Option<Box<MergedMemo>>,
-    previous: Box<Walk>,
-    current: Box<Walk>,
-}
-
-static THREAD_EXIT_KEY: AtomicU64 = AtomicU64::new(u64::MAX);
-
-/// Creates the thread-exit hook that frees each thread's unwinding state.
-pub fn install_thread_exit_hook() {
-    let mut key: libc::pthread_key_t = 0;
-    // SAFETY: valid out-pointer and a destructor with the C signature.
-    if unsafe { libc::pthread_key_create(&mut key, Some(drop_thread_unwinder)) } == 0 {
-        THREAD_EXIT_KEY.store(u64::from(key), Ordering::Release);
-    }
-}
-
-unsafe extern "C" fn drop_thread_unwinder(state: *mut libc::c_void) {
-    let Some(guard) = Guard::enter() else {
-        return;
-    };
-    // SAFETY: this thread's slot; the pointer stored there is the one being freed.
-    unsafe { *guard.unwind_cache_slot() = 0 };
-    // SAFETY: `state` is the Box made by `thread_unwinder` for this thread, freed only here.
-    drop(unsafe { Box::from_raw(state.cast::<ThreadUnwinder>()) });
-}
-
-/// This thread's unwinding state (made on first use). The pointer is only used by the
-/// thread holding the guard, so there is never a second reference to it.
-fn thread_unwinder(guard: &Guard) -> *mut ThreadUnwinder {
-    let slot = guard.unwind_cache_slot();
-    // SAFETY: the slot is this thread's; it holds 0 or a pointer made by Box::into_raw here.
-    unsafe {
-        if *slot == 0 {
-            let state = Box::into_raw(Box::new(ThreadUnwinder {
-                rules: RuleCaches::new(),
-                memo: StackMemo::boxed(),
-                merged: None,
-                previous: Walk::boxed(),
-                current: Walk::boxed(),
-            }));
-            *slot = state as u64;
-            let key = THREAD_EXIT_KEY.load(Ordering::Acquire);
-            if key != u64::MAX {
-                libc::pthread_setspecific(key as libc::pthread_key_t, state.cast());
-            }
-        }
-        *slot as *mut ThreadUnwinder
-    }
-}
-
-/// Runs `use_memo` on this thread's memo of merged Python stacks.
-pub fn with_merged_memo<R>(guard: &Guard, use_memo: impl FnOnce(&mut MergedMemo) -> R) -> R {
-    // SAFETY: this thread's own state, made on first use and freed only at its exit; only
-    // the thread holding the guard uses it, and `use_memo` cannot reach it another way.
-    let merged = unsafe { &mut (*thread_unwinder(guard)).merged };
-    use_memo(merged.get_or_insert_with(MergedMemo::boxed))
-}
 
 /// Where the program's code called into the malloc family, captured by the export's entry
 /// stub before anything touched the stack: the return address, and the caller's stack and
