@@ -329,10 +329,12 @@ const _: () = assert!(core::mem::offset_of!(Header, heap) % 16 == 0);
 pub mod defaults {
     /// Modules (executable, shared objects, vDSO).
     pub const MODULE_CAPACITY: u64 = 4096;
-    /// Unique stacks.
-    pub const STACK_CAPACITY: u64 = 1 << 20;
-    /// Frame words (about 16 per stack on average).
-    pub const FRAME_CAPACITY: u64 = 1 << 24;
+    /// Unique stacks. `import torch` alone makes about two million (native and merged),
+    /// most of them from its C++ static initializers; the file is sparse, so room costs
+    /// nothing until used.
+    pub const STACK_CAPACITY: u64 = 1 << 22;
+    /// Frame words (about 16 per stack on average; about 20 for `import torch`).
+    pub const FRAME_CAPACITY: u64 = 1 << 26;
     /// Frames per stack.
     pub const MAX_DEPTH: u32 = 64;
     /// Injected failures stored (more are counted).

@@ -52,7 +52,7 @@ impl Recorder {
         }
         let layout = *file.layout();
         file.write_header(identity);
-        let stacks = StackTable::new().ok_or(libc::ENOMEM)?;
+        let stacks = StackTable::new(layout.stack_capacity).ok_or(libc::ENOMEM)?;
         // Stack id 0 collects events whose stack could not be stored.
         file.counter(core::mem::offset_of!(Header, stack_count))
             .store(1, Ordering::Relaxed);
@@ -203,7 +203,7 @@ impl Recorder {
 }
 
 /// Halvings of the growable capacities tried when the address space is short.
-const MAX_SHRINK: u32 = 6;
+const MAX_SHRINK: u32 = 8;
 
 /// The profile's layout for `config`, its growable capacities (stacks, frames, code
 /// records and their text) divided by 2^`shrink`.

@@ -9,12 +9,20 @@ use memwarden_abi::{flags, Header, StackRecord, UNKNOWN_STACK_ID};
 use crate::lifecycle;
 use crate::profile_file::ProfileFile;
 
-const BUCKET_BITS: u32 = 18;
-const BUCKETS: usize = 1 << BUCKET_BITS;
+/// Stacks per hash chain, on average, once the table is full: chains stay short enough
+/// that a lookup reads a few records even for the two million stacks of `import torch`,
+/// and the index of a program of a few thousand stacks stays within 2 MiB.
+const STACKS_PER_BUCKET: u64 = 8;
+/// Bounds of the chain count: the index costs 4 bytes a chain, in pages touched only as
+/// chains are first used.
+const MIN_BUCKET_BITS: u32 = 16;
+const MAX_BUCKET_BITS: u32 = 22;
 
 pub struct StackTable {
     /// Head stack id of each hash chain (0 = empty), in an anonymous mapping.
     buckets: *const AtomicU32,
+    /// log2 of the number of chains.
+    bucket_bits: u32,
 }
 
 // SAFETY: the bucket array is shared memory accessed only through atomics.
@@ -42,13 +50,24 @@ fn published(record: *mut StackRecord) -> &'static AtomicU32 {
     unsafe { AtomicU32::from_ptr(core::ptr::addr_of_mut!((*record).published)) }
 }
 
+/// log2 of the chain count for a table of `stack_capacity` stacks.
+fn bucket_bits_for(stack_capacity: u64) -> u32 {
+    let wanted = (stack_capacity / STACKS_PER_BUCKET).max(1);
+    // Rounded up to a power of two: ceil(log2(wanted)).
+    let bits = u64::BITS - (wanted - 1).leading_zeros();
+    bits.clamp(MIN_BUCKET_BITS, MAX_BUCKET_BITS)
+}
+
 impl StackTable {
-    pub fn new() -> Option<StackTable> {
+    /// An empty index for a profile file of `stack_capacity` stack records.
+    pub fn new(stack_capacity: u64) -> Option<StackTable> {
+        let bucket_bits = bucket_bits_for(stack_capacity);
+        let bytes = (1usize << bucket_bits) * 4;
         // SAFETY: a fresh private anonymous mapping; zero-filled, so every chain is empty.
         let buckets = unsafe {
             libc::mmap(
                 core::ptr::null_mut(),
-                BUCKETS * 4,
+                bytes,
                 libc::PROT_READ | libc::PROT_WRITE,
                 libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
                 -1,
@@ -58,15 +77,17 @@ impl StackTable {
         if buckets == libc::MAP_FAILED {
             return None;
         }
-        crate::own_regions::note(buckets.cast(), BUCKETS * 4);
+        crate::own_regions::note(buckets.cast(), bytes);
         Some(StackTable {
             buckets: buckets.cast(),
+            bucket_bits,
         })
     }
 
     fn bucket(&self, hash: u64) -> &AtomicU32 {
-        // SAFETY: the index is below BUCKETS (top BUCKET_BITS bits of the hash).
-        unsafe { &*self.buckets.add((hash >> (64 - BUCKET_BITS)) as usize) }
+        // SAFETY: the index is below 2^bucket_bits (the hash's top bucket_bits bits), the
+        // number of chains mapped.
+        unsafe { &*self.buckets.add((hash >> (64 - self.bucket_bits)) as usize) }
     }
 
     /// The id of `frames`, storing it if new; [`UNKNOWN_STACK_ID`] for an empty stack or
@@ -175,4 +196,19 @@ fn find(file: &ProfileFile, from: u32, until: u32, hash: u64, frames: &[u64]) ->
         id = next_link(record).load(Ordering::Acquire);
     }
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chains_grow_with_the_capacity_within_their_bounds() {
+        assert_eq!(bucket_bits_for(1 << 22), 19);
+        assert_eq!(bucket_bits_for((1 << 22) + STACKS_PER_BUCKET), 20);
+        assert_eq!(bucket_bits_for(16), MIN_BUCKET_BITS);
+        assert_eq!(bucket_bits_for(0), MIN_BUCKET_BITS);
+        assert_eq!(bucket_bits_for(1 << 25), MAX_BUCKET_BITS);
+        assert_eq!(bucket_bits_for(u64::MAX), MAX_BUCKET_BITS);
+    }
 }
