@@ -84,6 +84,57 @@ pub fn map_scratch(len: usize) -> Option<*mut u8> {
     Some(start.cast())
 }
 
+/// Size and alignment of a transparent huge page on x86-64.
+const HUGE_PAGE: usize = 2 << 20;
+
+/// A zero-filled table of `len` bytes read at random (a hash index), noted as memwarden's:
+/// a mapping aligned to 2 MiB that asks for transparent huge pages. Its first touches then
+/// cost a page fault per 2 MiB rather than one (or two, read then written) per 4 KiB page,
+/// which was most of the page faults the preload added to a Python start, and its lookups
+/// miss the TLB less. Without huge pages (the kernel's setting, fragmented memory) it is as
+/// `map_scratch` gives it.
+pub fn map_table(len: usize) -> Option<*mut u8> {
+    let errno = crate::real::SavedErrno::save();
+    let table = map_aligned(len);
+    if let Some(start) = table {
+        note(start, len);
+        // SAFETY: advice on the mapping just made, which nothing uses yet; a refusal
+        // changes nothing.
+        unsafe { libc::madvise(start.cast(), len, libc::MADV_HUGEPAGE) };
+    }
+    errno.restore();
+    table
+}
+
+/// `len` bytes of fresh anonymous memory starting at a multiple of 2 MiB: more is mapped,
+/// then the ends are given back (kernels before 6.7 align only what they choose to).
+fn map_aligned(len: usize) -> Option<*mut u8> {
+    let reserved = len.checked_add(HUGE_PAGE)?;
+    let mapped = crate::hooks_mmap::kernel_mmap(
+        core::ptr::null_mut(),
+        reserved,
+        libc::PROT_READ | libc::PROT_WRITE,
+        libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+        -1,
+        0,
+    );
+    if mapped == libc::MAP_FAILED {
+        return None;
+    }
+    let mapped = mapped as usize;
+    let start = mapped.next_multiple_of(HUGE_PAGE);
+    let head = start - mapped;
+    let tail = reserved - head - len;
+    for (at, bytes) in [(mapped, head), (start + len, tail)] {
+        if bytes != 0 {
+            // SAFETY: a part of the mapping just made that the table does not use. A
+            // failure leaves it mapped and unused, which costs address space only.
+            unsafe { libc::syscall(libc::SYS_munmap, at, bytes) };
+        }
+    }
+    Some(start as *mut u8)
+}
+
 /// Gives back a mapping from [`map_scratch`].
 pub fn unmap_scratch(start: *mut u8, len: usize) {
     forget(start);
@@ -135,5 +186,24 @@ impl<T: Copy> ScratchArray<T> {
 impl<T: Copy> Drop for ScratchArray<T> {
     fn drop(&mut self) {
         unmap_scratch(self.start.cast(), self.bytes);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_table_starts_on_a_huge_page_and_is_zero_filled_and_writable() {
+        for len in [256 << 10, HUGE_PAGE, 2 * HUGE_PAGE] {
+            let table = map_table(len).expect("mapped");
+            assert_eq!(table as usize % HUGE_PAGE, 0, "{len} bytes");
+            // SAFETY: `len` bytes mapped read-write just above, used by nothing else.
+            let bytes = unsafe { core::slice::from_raw_parts_mut(table, len) };
+            assert!(bytes.iter().step_by(4096).all(|&b| b == 0));
+            bytes[len - 1] = 7;
+            bytes[0] = 7;
+            unmap_scratch(table, len);
+        }
     }
 }

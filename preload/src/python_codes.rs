@@ -68,22 +68,9 @@ unsafe fn read_u32(address: u64) -> u32 {
 
 impl CodeTable {
     pub fn new() -> Option<CodeTable> {
-        // SAFETY: a fresh private anonymous mapping, zero-filled: every slot is empty.
-        let slots = unsafe {
-            libc::mmap(
-                core::ptr::null_mut(),
-                SLOTS * core::mem::size_of::<Slot>(),
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-                -1,
-                0,
-            )
-        };
-        if slots == libc::MAP_FAILED {
-            return None;
-        }
-        // Its code object addresses must not count as roots for the leak check.
-        crate::own_regions::note(slots.cast(), SLOTS * core::mem::size_of::<Slot>());
+        // Zero-filled: every slot is empty. Its code object addresses must not count as roots
+        // for the leak check (`map_table` notes it as memwarden's).
+        let slots = crate::own_regions::map_table(SLOTS * core::mem::size_of::<Slot>())?;
         Some(CodeTable {
             slots: slots.cast(),
             lock: AtomicU32::new(0),

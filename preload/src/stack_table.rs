@@ -13,8 +13,8 @@ use crate::profile_file::ProfileFile;
 /// that a lookup reads a few records even for the two million stacks of `import torch`,
 /// and the index of a program of a few thousand stacks stays within 2 MiB.
 const STACKS_PER_BUCKET: u64 = 8;
-/// Bounds of the chain count: the index costs 4 bytes a chain, in pages touched only as
-/// chains are first used.
+/// Bounds of the chain count: the index costs 4 bytes a chain, in huge pages touched as
+/// chains are first used (2 MiB, one huge page, by default).
 const MIN_BUCKET_BITS: u32 = 16;
 const MAX_BUCKET_BITS: u32 = 22;
 
@@ -63,21 +63,8 @@ impl StackTable {
     pub fn new(stack_capacity: u64) -> Option<StackTable> {
         let bucket_bits = bucket_bits_for(stack_capacity);
         let bytes = (1usize << bucket_bits) * 4;
-        // SAFETY: a fresh private anonymous mapping; zero-filled, so every chain is empty.
-        let buckets = unsafe {
-            libc::mmap(
-                core::ptr::null_mut(),
-                bytes,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-                -1,
-                0,
-            )
-        };
-        if buckets == libc::MAP_FAILED {
-            return None;
-        }
-        crate::own_regions::note(buckets.cast(), bytes);
+        // Zero-filled: every chain is empty.
+        let buckets = crate::own_regions::map_table(bytes)?;
         Some(StackTable {
             buckets: buckets.cast(),
             bucket_bits,
