@@ -69,8 +69,10 @@ unsafe fn read_u32(address: u64) -> u32 {
 impl CodeTable {
     pub fn new() -> Option<CodeTable> {
         // Zero-filled: every slot is empty. Its code object addresses must not count as roots
-        // for the leak check (`map_table` notes it as memwarden's).
-        let slots = crate::own_regions::map_table(SLOTS * core::mem::size_of::<Slot>())?;
+        // for the leak check (`map_scratch` notes it as memwarden's). Not on huge pages: a
+        // small script's few hundred codes touch a third of its 4 KiB pages, where huge pages
+        // would make all 4 MiB resident.
+        let slots = crate::own_regions::map_scratch(SLOTS * core::mem::size_of::<Slot>())?;
         Some(CodeTable {
             slots: slots.cast(),
             lock: AtomicU32::new(0),
