@@ -68,6 +68,13 @@ pub fn overflowed() -> bool {
 
 /// A private anonymous mapping of `len` bytes (reserved, not committed), noted as memwarden's.
 pub fn map_scratch(len: usize) -> Option<*mut u8> {
+    let start = reserve(len)?;
+    note(start, len);
+    Some(start)
+}
+
+/// `len` bytes of fresh private anonymous memory, reserved, not committed.
+fn reserve(len: usize) -> Option<*mut u8> {
     // Straight to the kernel, not through the interposed mmap: this is memwarden's memory.
     let start = crate::hooks_mmap::kernel_mmap(
         core::ptr::null_mut(),
@@ -77,11 +84,7 @@ pub fn map_scratch(len: usize) -> Option<*mut u8> {
         -1,
         0,
     );
-    if start == libc::MAP_FAILED {
-        return None;
-    }
-    note(start.cast(), len);
-    Some(start.cast())
+    (start != libc::MAP_FAILED).then_some(start.cast())
 }
 
 /// Size and alignment of a transparent huge page on x86-64.
@@ -110,18 +113,7 @@ pub fn map_table(len: usize) -> Option<*mut u8> {
 /// then the ends are given back (kernels before 6.7 align only what they choose to).
 fn map_aligned(len: usize) -> Option<*mut u8> {
     let reserved = len.checked_add(HUGE_PAGE)?;
-    let mapped = crate::hooks_mmap::kernel_mmap(
-        core::ptr::null_mut(),
-        reserved,
-        libc::PROT_READ | libc::PROT_WRITE,
-        libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-        -1,
-        0,
-    );
-    if mapped == libc::MAP_FAILED {
-        return None;
-    }
-    let mapped = mapped as usize;
+    let mapped = reserve(reserved)? as usize;
     let start = mapped.next_multiple_of(HUGE_PAGE);
     let head = start - mapped;
     let tail = reserved - head - len;
