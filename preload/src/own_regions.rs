@@ -95,10 +95,11 @@ const HUGE_PAGE: usize = 2 << 20;
 /// cost a page fault per 2 MiB rather than one (or two, read then written) per 4 KiB page,
 /// which was most of the page faults the preload added to a Python start, and its lookups
 /// miss the TLB less. Without huge pages (the kernel's setting, fragmented memory) it is as
-/// `map_scratch` gives it.
+/// `map_scratch` gives it; so it is, unaligned, when the 2 MiB more that aligning it takes
+/// for a moment are refused (a tight `ulimit -v`).
 pub fn map_table(len: usize) -> Option<*mut u8> {
     let errno = crate::real::SavedErrno::save();
-    let table = map_aligned(len);
+    let table = map_aligned(len).or_else(|| reserve(len));
     if let Some(start) = table {
         note(start, len);
         // SAFETY: advice on the mapping just made, which nothing uses yet; a refusal
