@@ -287,7 +287,8 @@ pub struct StackRecord {
     pub published: u32,
     /// Number of frames.
     pub depth: u32,
-    /// Next id in the writer's hash chain (preload only).
+    /// Unused, 0 in files written now: it held the next id of the writer's hash chain,
+    /// which the writer now keeps in its own memory. Readers never used it.
     pub next: u32,
     /// Hash of the frames (preload only).
     pub hash: u64,

@@ -182,27 +182,18 @@ mod tests {
     //! bytes whenever the total reaches a new high. The profile's figures at the peak, read
     //! by the abi's rule, must equal the model's copy.
     use super::*;
-    use crate::profile_file::{create_file, Identity, ProfileFile};
-    use memwarden_abi::{at_peak, peak_bytes, Layout};
+    use crate::profile_file::{self, ScratchProfile};
+    use memwarden_abi::{at_peak, peak_bytes};
 
     const STACKS: u32 = 5;
 
-    fn scratch_profile(tag: &str) -> ProfileFile {
-        let dir =
-            std::env::temp_dir().join(format!("memwarden-accounting-{tag}-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let layout = Layout::new(16, 64, 4096, 16, 16, 16, 4096).unwrap();
-        let identity = Identity::of_this_process(8);
-        let dir_bytes = dir.as_os_str().as_encoded_bytes();
-        let fd = create_file(dir_bytes, &identity, &layout).unwrap();
-        let file = ProfileFile::map(fd, layout, dir_bytes, &identity).unwrap();
-        file.write_header(&identity);
+    fn scratch_profile(tag: &str) -> ScratchProfile {
+        let scratch = profile_file::scratch_profile(&format!("accounting-{tag}"), 64);
+        let file = &scratch.file;
         for id in 0..u64::from(STACKS) {
-            assert!(file.back(layout.stack_offset(id), 128));
+            assert!(file.back(file.layout().stack_offset(id), 128));
         }
-        // The mapping stays valid after the file's name is gone.
-        std::fs::remove_dir_all(&dir).unwrap();
-        file
+        scratch
     }
 
     fn next(state: &mut u64) -> u64 {
@@ -215,7 +206,8 @@ mod tests {
     #[test]
     fn figures_at_the_peak_match_a_brute_force_model() {
         for seed in 1..=200u64 {
-            let file = scratch_profile(&format!("model{seed}"));
+            let scratch = scratch_profile(&format!("model{seed}"));
+            let file = &scratch.file;
             let mut rng = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
             let mut live_blocks: Vec<(u32, u64)> = Vec::new();
             let mut per_stack = [0u64; STACKS as usize];
@@ -225,12 +217,12 @@ mod tests {
                 if free_one {
                     let index = (next(&mut rng) % live_blocks.len() as u64) as usize;
                     let (stack, size) = live_blocks.swap_remove(index);
-                    release(&file, stack, size);
+                    release(file, stack, size);
                     per_stack[stack as usize] -= size;
                 } else {
                     let stack = (next(&mut rng) % u64::from(STACKS)) as u32;
                     let size = next(&mut rng) % 5000;
-                    assert!(allocate(&file, stack, size));
+                    assert!(allocate(file, stack, size));
                     live_blocks.push((stack, size));
                     per_stack[stack as usize] += size;
                 }

@@ -450,6 +450,36 @@ fn read_command_line(argv: &mut [u8; ARGV_CAPACITY]) -> (usize, bool) {
     (used, more)
 }
 
+/// For unit tests: a profile file in a folder of its own, removed with it.
+#[cfg(test)]
+pub struct ScratchProfile {
+    pub file: ProfileFile,
+    dir: std::path::PathBuf,
+}
+
+#[cfg(test)]
+impl Drop for ScratchProfile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// For unit tests: a profile of `stacks` records in a fresh folder named after `tag`, its
+/// header written. The folder stays while the profile is used: backing the file opens it
+/// by its path.
+#[cfg(test)]
+pub fn scratch_profile(tag: &str, stacks: u64) -> ScratchProfile {
+    let dir = std::env::temp_dir().join(format!("memwarden-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let layout = Layout::new(16, stacks, 4096, 16, 16, 16, 4096).unwrap();
+    let identity = Identity::of_this_process(8);
+    let dir_bytes = dir.as_os_str().as_encoded_bytes();
+    let fd = create_file(dir_bytes, &identity, &layout).unwrap();
+    let file = ProfileFile::map(fd, layout, dir_bytes, &identity).unwrap();
+    file.write_header(&identity);
+    ScratchProfile { file, dir }
+}
+
 #[cfg(test)]
 #[path = "profile_file_tests.rs"]
 mod tests;

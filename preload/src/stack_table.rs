@@ -1,6 +1,8 @@
 //! Store: interns call stacks. Each unique stack gets a dense id, a `StackRecord` in the
 //! profile file and its frames in the file's frame area; a hash-chain index in anonymous
-//! memory finds a known stack without locks (new stacks are linked in with one CAS).
+//! memory finds a known stack without locks (new stacks are linked in with one CAS). The
+//! chains run through a dense array of links beside it, each with a tag of its stack's
+//! hash, so that walking a chain reads a record only where the tag matches.
 
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
@@ -23,9 +25,16 @@ pub struct StackTable {
     buckets: *const AtomicU32,
     /// log2 of the number of chains.
     bucket_bits: u32,
+    /// By stack id: the next id in its chain (low half) and its hash's tag (high half), in
+    /// an anonymous mapping. A new stack's lookup walks its whole chain; through the
+    /// records (128 bytes apart, spread over a file of up to 256 MiB of them) each step
+    /// was a cache and TLB miss, most of `import torch`'s time in the preload.
+    links: *const AtomicU64,
+    /// Entries in `links`: the file's stack capacity, above every id it hands out.
+    link_count: u64,
 }
 
-// SAFETY: the bucket array is shared memory accessed only through atomics.
+// SAFETY: the bucket and link arrays are shared memory accessed only through atomics.
 unsafe impl Sync for StackTable {}
 // SAFETY: as above.
 unsafe impl Send for StackTable {}
@@ -39,14 +48,19 @@ pub fn hash_frames(frames: &[u64]) -> u64 {
     hash ^ (hash >> 29)
 }
 
-fn next_link(record: *mut StackRecord) -> &'static AtomicU32 {
-    // SAFETY: `next` is an aligned u32 inside a record of the mapped file, which lives for
-    // the whole process; it is only accessed atomically.
-    unsafe { AtomicU32::from_ptr(core::ptr::addr_of_mut!((*record).next)) }
+/// The part of a stack's hash its link keeps; the bucket is chosen by the hash's top bits.
+fn tag_of(hash: u64) -> u32 {
+    hash as u32
+}
+
+/// A link: the next id of the chain, and the tag of the linked stack's hash.
+fn link_word(next: u32, tag: u32) -> u64 {
+    (u64::from(tag) << 32) | u64::from(next)
 }
 
 fn published(record: *mut StackRecord) -> &'static AtomicU32 {
-    // SAFETY: as `next_link`, for the `published` word.
+    // SAFETY: `published` is an aligned u32 inside a record of the mapped file, which lives
+    // for the whole process; it is only accessed atomically.
     unsafe { AtomicU32::from_ptr(core::ptr::addr_of_mut!((*record).published)) }
 }
 
@@ -65,10 +79,22 @@ impl StackTable {
         let bytes = (1usize << bucket_bits) * 4;
         // Zero-filled: every chain is empty.
         let buckets = crate::own_regions::map_table(bytes)?;
+        // Touched in id order, a page per 512 stacks: small pages keep a small program's
+        // share small.
+        let link_bytes = usize::try_from(stack_capacity).ok()?.checked_mul(8)?;
+        let links = crate::own_regions::map_scratch(link_bytes.max(8))?;
         Some(StackTable {
             buckets: buckets.cast(),
             bucket_bits,
+            links: links.cast(),
+            link_count: stack_capacity,
         })
+    }
+
+    /// The link of stack `id`, `None` past the file's capacity (no chain holds such an id).
+    fn link(&self, id: u32) -> Option<&AtomicU64> {
+        // SAFETY: below `link_count`, the index lies inside the mapped link array.
+        (u64::from(id) < self.link_count).then(|| unsafe { &*self.links.add(id as usize) })
     }
 
     fn bucket(&self, hash: u64) -> &AtomicU32 {
@@ -86,15 +112,17 @@ impl StackTable {
         let hash = hash_frames(frames);
         let bucket = self.bucket(hash);
         let mut head = bucket.load(Ordering::Acquire);
-        if let Some(id) = find(file, head, UNKNOWN_STACK_ID, hash, frames) {
+        if let Some(id) = self.find(file, head, UNKNOWN_STACK_ID, hash, frames) {
             return id;
         }
         let Some(id) = self.store(file, hash, frames) else {
             return UNKNOWN_STACK_ID;
         };
-        let record = file.stack(u64::from(id));
+        let (Some(link), record) = (self.link(id), file.stack(u64::from(id))) else {
+            return UNKNOWN_STACK_ID;
+        };
         loop {
-            next_link(record).store(head, Ordering::Relaxed);
+            link.store(link_word(head, tag_of(hash)), Ordering::Relaxed);
             match bucket.compare_exchange(head, id, Ordering::AcqRel, Ordering::Acquire) {
                 Ok(_) => {
                     published(record).store(1, Ordering::Release);
@@ -103,13 +131,36 @@ impl StackTable {
                 Err(newer) => {
                     // Another thread linked stacks meanwhile; one may be ours. Our record
                     // then stays unpublished, a hole the reader skips.
-                    if let Some(existing) = find(file, newer, head, hash, frames) {
+                    if let Some(existing) = self.find(file, newer, head, hash, frames) {
                         return existing;
                     }
                     head = newer;
                 }
             }
         }
+    }
+
+    /// Walks a chain from `from` until `until`, for a record with these frames.
+    fn find(
+        &self,
+        file: &ProfileFile,
+        from: u32,
+        until: u32,
+        hash: u64,
+        frames: &[u64],
+    ) -> Option<u32> {
+        let tag = tag_of(hash);
+        let mut id = from;
+        while id != UNKNOWN_STACK_ID && id != until {
+            // Ids in a chain were linked after their link, record and frames were written
+            // (release CAS on the bucket, acquire load by the caller), and never change again.
+            let link = self.link(id)?.load(Ordering::Acquire);
+            if (link >> 32) as u32 == tag && same_stack(file, id, hash, frames) {
+                return Some(id);
+            }
+            id = link as u32;
+        }
+        None
     }
 
     /// Claims a record and frame words and writes the stack into them.
@@ -162,32 +213,63 @@ fn claim(counter: &AtomicU64, amount: u64, capacity: u64) -> Option<u64> {
         .ok()
 }
 
-/// Walks a chain from `from` until `until`, for a record with these frames.
-fn find(file: &ProfileFile, from: u32, until: u32, hash: u64, frames: &[u64]) -> Option<u32> {
-    let mut id = from;
-    while id != UNKNOWN_STACK_ID && id != until {
-        let record = file.stack(u64::from(id));
-        // SAFETY: ids in a chain were linked after their record and frames were written
-        // (release CAS on the bucket, acquire load by the caller), and never change again.
-        let same = unsafe {
-            (*record).hash == hash
-                && (*record).depth as usize == frames.len()
-                && core::slice::from_raw_parts(
-                    file.frame_words((*record).frames_start),
-                    frames.len(),
-                ) == frames
-        };
-        if same {
-            return Some(id);
-        }
-        id = next_link(record).load(Ordering::Acquire);
+/// Whether record `id`, linked into a chain, holds the stack `frames` of hash `hash`.
+fn same_stack(file: &ProfileFile, id: u32, hash: u64, frames: &[u64]) -> bool {
+    let record = file.stack(u64::from(id));
+    // SAFETY: a linked record and its frames were written before it was linked (the chain's
+    // release CAS, the caller's acquire load) and never change again.
+    unsafe {
+        (*record).hash == hash
+            && (*record).depth as usize == frames.len()
+            && core::slice::from_raw_parts(file.frame_words((*record).frames_start), frames.len())
+                == frames
     }
-    None
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::profile_file::scratch_profile;
+
+    /// `count` one-frame stacks whose hashes fall in the same chain.
+    fn stacks_in_one_chain(count: usize) -> Vec<[u64; 1]> {
+        let bucket_of = |frame: u64| hash_frames(&[frame]) >> (64 - MIN_BUCKET_BITS);
+        let wanted = bucket_of(0x1000);
+        (0x1000u64..)
+            .step_by(16)
+            .filter(|&frame| bucket_of(frame) == wanted)
+            .take(count)
+            .map(|frame| [frame])
+            .collect()
+    }
+
+    #[test]
+    fn every_stack_of_a_long_chain_keeps_its_own_id() {
+        let scratch = scratch_profile("stack-table-chain", 4096);
+        let file = &scratch.file;
+        // Id 0 is the unknown stack's, as the recorder sets it up.
+        file.counter(core::mem::offset_of!(Header, stack_count))
+            .store(1, Ordering::Relaxed);
+        let table = StackTable::new(file.layout().stack_capacity).unwrap();
+        let stacks = stacks_in_one_chain(9);
+        let (linked, left_out) = stacks.split_at(8);
+        let ids: Vec<u32> = linked.iter().map(|s| table.intern(file, s)).collect();
+        let mut distinct = ids.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        assert_eq!(distinct.len(), ids.len());
+        assert!(!ids.contains(&UNKNOWN_STACK_ID));
+        // Found again from any place in the chain, the head (the last linked) to its end.
+        for (stack, &id) in linked.iter().zip(&ids) {
+            assert_eq!(table.intern(file, stack), id);
+            // SAFETY: a record the table handed out, inside the scratch mapping.
+            assert_eq!(unsafe { (*file.stack(u64::from(id))).published }, 1);
+        }
+        // A stack of the same chain never linked is new.
+        let new = table.intern(file, &left_out[0]);
+        assert!(!ids.contains(&new) && new != UNKNOWN_STACK_ID);
+        assert_eq!(table.intern(file, &left_out[0]), new);
+    }
 
     #[test]
     fn chains_grow_with_the_capacity_within_their_bounds() {
