@@ -454,7 +454,17 @@ fn read_command_line(argv: &mut [u8; ARGV_CAPACITY]) -> (usize, bool) {
 #[cfg(test)]
 pub struct ScratchProfile {
     pub file: ProfileFile,
+    pub identity: Identity,
     dir: std::path::PathBuf,
+}
+
+#[cfg(test)]
+impl ScratchProfile {
+    /// The profile file's path.
+    pub fn path(&self) -> std::path::PathBuf {
+        let mut files = std::fs::read_dir(self.dir.join(RAW_DIR)).unwrap();
+        files.next().unwrap().unwrap().path()
+    }
 }
 
 #[cfg(test)]
@@ -477,7 +487,11 @@ pub fn scratch_profile(tag: &str, stacks: u64) -> ScratchProfile {
     let fd = create_file(dir_bytes, &identity, &layout).unwrap();
     let file = ProfileFile::map(fd, layout, dir_bytes, &identity).unwrap();
     file.write_header(&identity);
-    ScratchProfile { file, dir }
+    ScratchProfile {
+        file,
+        identity,
+        dir,
+    }
 }
 
 #[cfg(test)]

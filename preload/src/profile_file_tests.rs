@@ -7,43 +7,8 @@ use super::*;
 /// Room for 4,096 stack records: 512 KiB, eight chunks.
 const STACKS: u64 = 4096;
 
-struct Scratch {
-    file: ProfileFile,
-    identity: Identity,
-    path: std::path::PathBuf,
-    dir: std::path::PathBuf,
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-fn scratch(tag: &str) -> Scratch {
-    let dir = std::env::temp_dir().join(format!(
-        "memwarden-profile-file-{tag}-{}",
-        std::process::id()
-    ));
-    std::fs::create_dir_all(&dir).unwrap();
-    let layout = Layout::new(16, STACKS, 4096, 16, 16, 16, 4096).unwrap();
-    let identity = Identity::of_this_process(8);
-    let dir_bytes = dir.as_os_str().as_encoded_bytes();
-    let fd = create_file(dir_bytes, &identity, &layout).unwrap();
-    let file = ProfileFile::map(fd, layout, dir_bytes, &identity).unwrap();
-    file.write_header(&identity);
-    let path = std::fs::read_dir(dir.join(RAW_DIR))
-        .unwrap()
-        .next()
-        .unwrap()
-        .unwrap()
-        .path();
-    Scratch {
-        file,
-        identity,
-        path,
-        dir,
-    }
+fn scratch(tag: &str) -> ScratchProfile {
+    scratch_profile(&format!("profile-file-{tag}"), STACKS)
 }
 
 /// Record `id`'s 128 bytes, as the mapping shows them.
@@ -96,7 +61,7 @@ fn a_populated_chunk_reads_as_zeros_and_keeps_earlier_chunks_data() {
     // cache before anything touched it through the mapping.
     let chunk_start = layout.stack_offset(later) / CHUNK * CHUNK;
     assert!(in_page_cache(file, chunk_start, CHUNK));
-    let on_disk = std::fs::read(&scratch.path).unwrap();
+    let on_disk = std::fs::read(scratch.path()).unwrap();
     let start = (layout.stack_offset(later) / CHUNK * CHUNK) as usize;
     assert!(on_disk[start..start + CHUNK as usize]
         .iter()
@@ -129,7 +94,7 @@ fn a_file_adopted_by_a_forked_child_is_never_populated() {
     let file = &scratch.file;
     assert!(file.fresh_chunks_empty.load(Ordering::Relaxed));
     // The child's own file, as `fork.rs` creates it (here: the same file opened again).
-    let path = std::ffi::CString::new(scratch.path.as_os_str().as_encoded_bytes()).unwrap();
+    let path = std::ffi::CString::new(scratch.path().as_os_str().as_encoded_bytes()).unwrap();
     // SAFETY: a NUL-terminated path of an existing file.
     let fd = unsafe { libc::open(path.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
     assert!(fd >= 0);
