@@ -78,6 +78,27 @@ fn one_frame_reached_by_two_paths_keeps_an_entry_for_each() {
     assert_eq!(memo.lookup(&key(), &memory(0x409999, 0x55)), Lookup::Miss);
 }
 
+#[test]
+fn one_frame_reached_by_eight_paths_keeps_them_all() {
+    // sqlite's allocations all reach `malloc` from one wrapper, at a few stack pointers,
+    // each by many paths: they must not evict each other on every pass.
+    let mut memo = StackMemo::boxed();
+    let path = |n: u64| {
+        let mut reads = RecordedReads::default();
+        reads.push_return(0x7ff0_0008, Ok(0x401000 + n));
+        reads
+    };
+    for n in 0..8 {
+        memo.store(key(), &path(n), n as u32 + 1, Proof::Untried);
+    }
+    for _pass in 0..2 {
+        for n in 0..8 {
+            let stack = memory(0x401000 + n, 0);
+            assert_eq!(memo.lookup(&key(), &stack), Lookup::Hit(n as u32 + 1));
+        }
+    }
+}
+
 /// `count` keys that fall in the set of `key()`.
 fn keys_of_one_set(count: usize) -> Vec<MemoKey> {
     (0..u64::MAX)
