@@ -13,11 +13,12 @@
 /// however their addresses fall. With two ways of 32 sets, three sites sharing a set (as
 /// about one run in three had, by where the loader put things) evicted each other on every
 /// pass, and most of a NumPy loop's stacks were unwound again. Eight ways of 32 sets rather
-/// than four of 64 (the same 256 entries): a program whose allocations all go through one wrapper (sqlite's
-/// `sqlite3MemMalloc`) reaches `malloc` at one return address and a few stack pointers,
-/// each by many paths, and each frame keeps an entry per path in its set. With four ways,
-/// the sqlite benchmark's walks in full went from 0.18 to 2.9 million from run to run, by
-/// where ASLR put the stack (which frames shared a set); with eight, 22,000 to 49,000.
+/// than four of 64 (the same 256 entries): a program whose allocations all go through one
+/// wrapper (sqlite's `sqlite3MemMalloc`) reaches `malloc` at one return address and a few
+/// stack pointers, each by many paths, and each frame keeps an entry per path in its set.
+/// With four ways, the sqlite benchmark's walks in full went from 0.18 to 2.9 million from
+/// run to run, by where ASLR put the stack (which frames shared a set); with eight, 22,000
+/// to 49,000.
 const MEMO_SETS: usize = 32;
 const WAYS: usize = 8;
 /// Stack words an entry can remember; deeper walks are simply not memoized.

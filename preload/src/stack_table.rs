@@ -12,7 +12,7 @@ use crate::lifecycle;
 use crate::profile_file::ProfileFile;
 
 /// Stacks per hash chain, on average, once the table is full: chains stay short enough
-/// that a lookup reads a few records even for the two million stacks of `import torch`,
+/// that a lookup reads a few links even for the two million stacks of `import torch`,
 /// and the index of a program of a few thousand stacks stays within 2 MiB.
 const STACKS_PER_BUCKET: u64 = 8;
 /// Bounds of the chain count: the index costs 4 bytes a chain, in huge pages touched as
@@ -28,7 +28,7 @@ pub struct StackTable {
     /// By stack id: the next id in its chain (low half) and its hash's tag (high half), in
     /// an anonymous mapping. A new stack's lookup walks its whole chain; through the
     /// records (128 bytes apart, spread over a file of up to 256 MiB of them) each step
-    /// was a cache and TLB miss, most of `import torch`'s time in the preload.
+    /// was a cache and TLB miss, the largest part of `import torch`'s time in the preload.
     links: *const AtomicU64,
     /// Entries in `links`: the file's stack capacity, above every id it hands out.
     link_count: u64,
