@@ -50,14 +50,30 @@ impl<'r> Collapsed<'r> {
                 labels.len() as u32 - 1
             })
         };
-        let mut ids = Vec::new();
-        let mut lines = Vec::new();
+        // Each line holds its root and its frames: sized once, not grown by doubling (a
+        // large profile's lines hold millions of ids).
+        let line_count: usize = report
+            .processes
+            .iter()
+            .map(|p| p.stacks.len() + p.leaks.len())
+            .sum();
+        let id_count: usize = report
+            .processes
+            .iter()
+            .flat_map(|p| {
+                let stacks = p.stacks.iter().map(|s| s.frames.len());
+                stacks.chain(p.leaks.iter().map(|l| l.frames.len()))
+            })
+            .sum::<usize>()
+            + line_count;
+        let mut ids = Vec::with_capacity(id_count);
+        let mut lines = Vec::with_capacity(line_count);
         for (p, process) in report.processes.iter().enumerate() {
             let root = intern(process_label(process));
             let frames: Vec<u32> = process
                 .frames
                 .iter()
-                .map(|f| intern(sanitize(&f.label())))
+                .map(|f| intern(sanitize(f.label())))
                 .collect();
             let stacks = process.stacks.iter().map(|s| (&s.frames, false));
             let leaks = process.leaks.iter().map(|l| (&l.frames, true));
@@ -87,7 +103,9 @@ impl<'r> Collapsed<'r> {
             ids,
             lines: Vec::new(),
         };
-        lines.sort_by(|a, b| collapsed.labels.compare(collapsed.ids(a), collapsed.ids(b)));
+        // Equal lines end up side by side in any order, and are merged: the sort need not
+        // be stable.
+        lines.sort_unstable_by(|a, b| collapsed.labels.compare(collapsed.ids(a), collapsed.ids(b)));
         collapsed.lines = lines;
         collapsed
     }

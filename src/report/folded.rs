@@ -113,19 +113,26 @@ pub fn process_label(process: &ProcessReport) -> String {
         label.truncate(cut);
         label.push('…');
     }
-    sanitize(&label)
+    sanitize(label)
 }
 
-/// A frame name safe in a collapsed line: no `;` (the separator) and no line breaks.
-pub(crate) fn sanitize(label: &str) -> String {
-    label
-        .chars()
-        .map(|c| match c {
-            ';' => ',',
-            '\n' | '\r' => ' ',
-            c => c,
-        })
-        .collect()
+/// A frame name safe in a collapsed line: no `;` (the separator) and no line breaks. Most
+/// names hold none and are kept as they are; the bytes replaced are ASCII, so replacing
+/// them byte by byte leaves the rest of the UTF-8 whole.
+pub(crate) fn sanitize(label: String) -> String {
+    if !label.bytes().any(|b| matches!(b, b';' | b'\n' | b'\r')) {
+        return label;
+    }
+    let mut bytes = label.into_bytes();
+    for byte in &mut bytes {
+        *byte = match *byte {
+            b';' => b',',
+            b'\n' | b'\r' => b' ',
+            other => other,
+        };
+    }
+    // Only ASCII bytes were replaced, by ASCII bytes: still the UTF-8 it was.
+    String::from_utf8(bytes).unwrap_or_default()
 }
 
 /// Whether `leak` is drawn in the leaked graph: lost (definite or indirect) and not left
@@ -193,6 +200,13 @@ mod tests {
             processes: vec![p],
         };
         assert_eq!(folded(&report, Measure::NotFreed), "");
+    }
+
+    #[test]
+    fn separators_and_line_breaks_are_replaced_and_other_text_kept() {
+        assert_eq!(sanitize("f<a;b>\r\ng é;".to_owned()), "f<a,b>  g é,");
+        assert_eq!(sanitize("plain é (x.c:3)".to_owned()), "plain é (x.c:3)");
+        assert_eq!(sanitize(String::new()), "");
     }
 
     #[test]
