@@ -131,7 +131,7 @@ pub(crate) fn sanitize(label: String) -> String {
             other => other,
         };
     }
-    // Only ASCII bytes were replaced, by ASCII bytes: still the UTF-8 it was.
+    // Only ASCII bytes were replaced, each by an ASCII byte: the text is still valid UTF-8.
     String::from_utf8(bytes).unwrap_or_default()
 }
 
