@@ -13,7 +13,9 @@ use crate::word_map::WordMap;
 const PROFILER_MODULE_PREFIX: &str = "libmemwarden";
 
 /// What a stack's blocks are.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Category {
     /// Anything else: memory the program's native code (or a library) asked for.

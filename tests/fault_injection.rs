@@ -52,7 +52,7 @@ fn the_nth_malloc_fails_and_the_program_takes_its_error_path() {
         run.outcome.stderr_text()
     );
     assert_eq!(run.outcome.stdout_text(), "out of memory\n");
-    assert_eq!(faults.format_version, 7);
+    assert_eq!(faults.format_version, 8);
     let p = faults.program_process();
     assert_eq!(p.injected_failure_count, 1, "{p:#?}");
     assert_eq!(

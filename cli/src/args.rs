@@ -22,10 +22,10 @@ pub const USAGE: &str = "\
 memwarden: a heap profiler and heap checker for Linux programs
 
 usage:
-  memwarden run [-o DIR] [--max-depth N] [--top N] [--python-objects] [--fail RULE]...
-                [--seed S] [--guard MODE] [guard options] [--leak-check [leak options]]
-                [--error-exitcode N] [--] CMD [ARGS...]
-  memwarden report [--top N] DIR
+  memwarden run [-o DIR] [--max-depth N] [--top N] [--all-stacks] [--python-objects]
+                [--fail RULE]... [--seed S] [--guard MODE] [guard options]
+                [--leak-check [leak options]] [--error-exitcode N] [--] CMD [ARGS...]
+  memwarden report [--top N] [--all-stacks] DIR
   memwarden leaks --write-baseline REPORT [-o FILE]
   memwarden sweep [-o DIR] [--max-runs N] [--timeout SECS] [--jobs N] [--] CMD [ARGS...]
 
@@ -39,6 +39,9 @@ memwarden run      runs CMD with libmemwarden.so preloaded, follows every proces
                      earlier run in DIR/raw/ are deleted first
   --max-depth N      deepest call stack recorded, 1-256 (default: 64)
   --top N            stacks shown per process in the summary (default: 5)
+  --all-stacks       list every stack, however many: by default, past 100,000 stacks
+                     in a process those under 1/10,000 of its totals are merged
+                     along their call tree ([smaller stacks]; docs/report-format.md)
   --python-objects   Python: every object through malloc (PYTHONMALLOC=malloc), so that
                      objects under 512 bytes are seen one by one, not only pymalloc's
                      arenas; the program runs slower (docs/python.md)
@@ -73,6 +76,7 @@ memwarden run      runs CMD with libmemwarden.so preloaded, follows every proces
 memwarden report   renders the report of an earlier run again, from DIR/raw/*.mwp
                    and DIR/run.json, and prints the summary on stdout
   --top N            stacks shown per process in the summary (default: 5)
+  --all-stacks       list every stack, however many (as for run)
 
 memwarden leaks    --write-baseline REPORT writes the leaks of a report.json (or of the
                    folder holding it) as a baseline file, to FILE or stdout
@@ -121,6 +125,8 @@ pub struct RunArgs {
     pub top: usize,
     /// `--python-objects`: Python's small objects through malloc.
     pub python_objects: bool,
+    /// `--all-stacks`: no merging of small stacks, however many a process has.
+    pub all_stacks: bool,
     /// `--fail` rules, validated, in canonical text, in command-line order.
     pub fail: Vec<String>,
     /// `--seed`: the seed of `p=` rules.
@@ -140,6 +146,8 @@ pub struct ReportArgs {
     pub dir: PathBuf,
     /// Stacks per process in the summary.
     pub top: usize,
+    /// `--all-stacks`: no merging of small stacks, however many a process has.
+    pub all_stacks: bool,
 }
 
 /// A command line memwarden cannot accept, said in one line.
@@ -254,6 +262,7 @@ fn parse_run(args: impl Iterator<Item = OsString>) -> Result<Command, UsageError
     let mut max_depth = None;
     let mut top = DEFAULT_TOP;
     let mut python_objects = false;
+    let mut all_stacks = false;
     let mut fail = Vec::new();
     let mut seed = 0;
     let mut guard = GuardArgs::default();
@@ -279,6 +288,10 @@ fn parse_run(args: impl Iterator<Item = OsString>) -> Result<Command, UsageError
                 "--python-objects" => {
                     no_value(&name, attached)?;
                     python_objects = true;
+                }
+                "--all-stacks" => {
+                    no_value(&name, attached)?;
+                    all_stacks = true;
                 }
                 "--fail" => fail.push(crate::fail_args::rule(&flags.value(&name, attached)?)?),
                 "--seed" => seed = number(&name, &flags.value(&name, attached)?, 0..=u64::MAX)?,
@@ -312,6 +325,7 @@ fn parse_run(args: impl Iterator<Item = OsString>) -> Result<Command, UsageError
         max_depth,
         top,
         python_objects,
+        all_stacks,
         fail,
         seed,
         guard,
@@ -325,6 +339,7 @@ fn parse_report(args: impl Iterator<Item = OsString>) -> Result<Command, UsageEr
         args: args.peekable(),
     };
     let mut top = DEFAULT_TOP;
+    let mut all_stacks = false;
     let mut dirs = Vec::new();
     while let Some(arg) = flags.next() {
         match arg {
@@ -334,6 +349,10 @@ fn parse_report(args: impl Iterator<Item = OsString>) -> Result<Command, UsageEr
                 "--top" => {
                     let value = flags.value(&name, attached)?;
                     top = number(&name, &value, 0..=MAX_TOP as u64)? as usize;
+                }
+                "--all-stacks" => {
+                    no_value(&name, attached)?;
+                    all_stacks = true;
                 }
                 "-h" | "--help" => return Ok(Command::Help),
                 _ => {
@@ -349,6 +368,7 @@ fn parse_report(args: impl Iterator<Item = OsString>) -> Result<Command, UsageEr
         Ok([dir]) => Ok(Command::Report(ReportArgs {
             dir: dir.into(),
             top,
+            all_stacks,
         })),
         Err(dirs) if dirs.is_empty() => {
             Err(usage("missing the output folder: memwarden report DIR"))

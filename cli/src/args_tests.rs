@@ -42,6 +42,7 @@ fn run_takes_options_then_the_command() {
             max_depth: Some(8),
             top: 3,
             python_objects: false,
+            all_stacks: false,
             fail: Vec::new(),
             seed: 0,
             guard: Default::default(),
@@ -70,6 +71,13 @@ fn python_objects_is_a_switch() {
     assert!(run_args(&["run", "--python-objects", "--", "python3"]).python_objects);
     assert!(!run_args(&["run", "python3", "--python-objects"]).python_objects);
     assert!(error(&["run", "--python-objects=yes", "python3"]).contains("--python-objects"));
+}
+
+#[test]
+fn all_stacks_is_a_switch() {
+    assert!(run_args(&["run", "--all-stacks", "--", "python3"]).all_stacks);
+    assert!(!run_args(&["run", "python3", "--all-stacks"]).all_stacks);
+    assert!(error(&["run", "--all-stacks=1", "python3"]).contains("--all-stacks"));
 }
 
 #[test]
@@ -160,14 +168,17 @@ fn report_takes_one_folder_and_top_anywhere() {
     let expected = Command::Report(ReportArgs {
         dir: "out".into(),
         top: 2,
+        all_stacks: true,
     });
-    assert_eq!(parse_strs(&["report", "out", "--top", "2"]), Ok(expected));
+    let parsed = parse_strs(&["report", "out", "--all-stacks", "--top", "2"]);
+    assert_eq!(parsed, Ok(expected));
     let dashed = parse_strs(&["report", "--top=1", "--", "-odd"]);
     assert_eq!(
         dashed,
         Ok(Command::Report(ReportArgs {
             dir: "-odd".into(),
-            top: 1
+            top: 1,
+            all_stacks: false,
         }))
     );
 }

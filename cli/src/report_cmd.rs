@@ -16,6 +16,7 @@ pub fn report(args: &ReportArgs, colour: bool) -> Result<(), memwarden::Error> {
         top: args.top,
         colour,
         symbol_cache: memwarden::symbolize::disk_cache::default_dir(),
+        all_stacks: args.all_stacks,
         ..Default::default()
     };
     let loaded = memwarden::profile::load_dir(&args.dir)?;

@@ -165,6 +165,7 @@ pub fn run(args: &RunArgs, colour: bool) -> Result<i32, String> {
             colour,
             leak_gate: gate,
             symbol_cache,
+            all_stacks: args.all_stacks,
         };
         render_report(&out_dir, &loaded, &mut symbolizer, ahead, &options)
     });

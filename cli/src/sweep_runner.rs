@@ -111,8 +111,14 @@ pub fn run_once(request: &RunRequest) -> Result<Finished, RunError> {
     };
     let mut command = Command::new(request.exe);
     command.arg("run").arg("-o").arg(request.dir);
-    if let Some(rule) = request.fail {
-        command.arg("--fail").arg(rule);
+    match request.fail {
+        Some(rule) => {
+            command.arg("--fail").arg(rule);
+        }
+        // The discovery run: every call site, however many stacks the program has.
+        None => {
+            command.arg("--all-stacks");
+        }
     }
     command
         .arg("--")
@@ -245,7 +251,9 @@ mod tests {
         let finished = run_once(&request(&exe, &dir, &command)).unwrap();
         assert_eq!((finished.ended, finished.refused), (Ended::Exited(3), None));
         let stdout = fs::read_to_string(dir.join(STDOUT_FILE)).unwrap();
-        assert_eq!(stdout, format!("run -o {} -- prog x\n", dir.display()));
+        // The discovery run (no rule) lists every stack, so that every call site is found.
+        let expected = format!("run -o {} --all-stacks -- prog x\n", dir.display());
+        assert_eq!(stdout, expected);
         assert_eq!(fs::read_to_string(dir.join(STDERR_FILE)).unwrap(), "oops\n");
     }
 

@@ -93,7 +93,7 @@ fn a_folder_becomes_a_report_files_and_a_summary() {
     let json: serde_json::Value =
         parse_with_frames_inlined(&fs::read_to_string(dir.path().join("report.json")).unwrap())
             .unwrap();
-    assert_eq!(json["format_version"], 7);
+    assert_eq!(json["format_version"], 8);
     assert_eq!(json["command"], serde_json::json!(["sh", "-c", "prog a"]));
     let processes = json["processes"].as_array().unwrap();
     let summary: Vec<_> = processes

@@ -10,6 +10,7 @@ use super::errors::ErrorReport;
 use super::failures::{CrashReport, FailureReport};
 use super::frame_table::FrameTable;
 use super::leaks::{LeakCheckReport, LeakReport, LeakSummary};
+use super::prune::Pruned;
 use super::warm::{Ahead, ProcessAhead, Shown};
 use super::{errors, failures, frames, site};
 use crate::analysis::{ExitSource, Process, StackFigures, Totals};
@@ -21,7 +22,7 @@ use crate::symbolize::Symbolizer;
 use crate::Exit;
 
 /// Version of the `report.json` format.
-pub const REPORT_FORMAT_VERSION: u32 = 7;
+pub const REPORT_FORMAT_VERSION: u32 = 8;
 
 /// Function name given to the single frame of the reserved unknown stack.
 pub const UNKNOWN_STACK_LABEL: &str = "[unknown stack]";
@@ -116,6 +117,10 @@ pub struct ProcessReport {
     pub frames: Vec<FrameReport>,
     /// Stacks, by bytes at the peak, then bytes allocated.
     pub stacks: Vec<StackReport>,
+    /// How the small stacks of a process with very many were merged, or null when every
+    /// stack is listed.
+    #[serde(default)]
+    pub pruned: Option<Pruned>,
 }
 
 /// The preload's contention counters.
@@ -155,6 +160,15 @@ pub struct StackReport {
     pub allocations: u64,
     /// Blocks freed.
     pub frees: u64,
+    /// How many of the profile's stacks this entry stands for: 1, or more for an entry
+    /// merging small stacks of a process with very many (`prune`), whose first frame is
+    /// then `[smaller stacks]` and whose figures are their sums.
+    #[serde(default = "one")]
+    pub merged_stacks: u64,
+}
+
+fn one() -> u64 {
+    1
 }
 
 /// One frame.
@@ -346,6 +360,7 @@ fn process(
         leak_summary,
         frames: table.into_frames(),
         stacks,
+        pruned: None,
     }
 }
 
@@ -399,6 +414,7 @@ fn stack(s: &StackFigures, table: &mut FrameTable, ahead: Option<&[u32]>) -> Sta
         allocated_bytes: s.allocated_bytes,
         allocations: s.allocations,
         frees: s.frees,
+        merged_stacks: 1,
     }
 }
 

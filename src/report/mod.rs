@@ -14,6 +14,7 @@ mod frames;
 pub mod json;
 pub mod leak_gate;
 pub mod leaks;
+pub mod prune;
 pub mod read;
 mod site;
 pub mod text;
@@ -55,6 +56,8 @@ pub struct Options {
     pub leak_gate: leak_gate::LeakGate,
     /// Where symbols are kept across runs (`symbolize::disk_cache`), if anywhere.
     pub symbol_cache: Option<PathBuf>,
+    /// Every stack listed, however many a process has (no [`prune`]).
+    pub all_stacks: bool,
 }
 
 impl Default for Options {
@@ -64,6 +67,7 @@ impl Default for Options {
             colour: false,
             leak_gate: leak_gate::LeakGate::default(),
             symbol_cache: None,
+            all_stacks: false,
         }
     }
 }
@@ -119,6 +123,9 @@ pub fn generate_loaded(
     };
     let mut report = json::build(command, &processes, symbolizer, ahead);
     options.leak_gate.mark_suppressed(&mut report);
+    if !options.all_stacks {
+        report.processes.iter_mut().for_each(prune::prune);
+    }
     let cache_writes = symbolizer.disk_cache_writes();
     let files = std::thread::scope(|scope| {
         spawn_or_run(scope, || cache_writes.save());
@@ -138,6 +145,11 @@ pub fn generate_loaded(
     if warnings.len() > MAX_WARNINGS_SHOWN {
         let more = warnings.len() - MAX_WARNINGS_SHOWN;
         footer.push(format!("note: … and {more} more modules without symbols"));
+    }
+    for p in &report.processes {
+        if let Some(pruned) = &p.pruned {
+            footer.push(prune::note(p.pid, pruned));
+        }
     }
     if report.processes.iter().any(arenas_at_peak) {
         footer.push(

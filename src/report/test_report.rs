@@ -45,6 +45,7 @@ pub(crate) fn process_report(pid: u32, argv: &[&str]) -> ProcessReport {
         leak_summary: None,
         frames: Vec::new(),
         stacks: Vec::new(),
+        pruned: None,
     }
 }
 
@@ -116,5 +117,6 @@ pub(crate) fn stack_report(
         allocated_bytes: allocated,
         allocations: allocated / 8,
         frees: (allocated - live) / 8,
+        merged_stacks: 1,
     }
 }

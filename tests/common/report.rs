@@ -32,6 +32,9 @@ pub struct Process {
     pub own_malloc: bool,
     /// Why tracking stopped early, or `None` if it did not.
     pub degraded: Option<String>,
+    /// How small stacks were merged (`profile_stacks`, `merged_stacks`, `merged_entries`,
+    /// `share`), or `None` when every stack is listed.
+    pub pruned: Option<serde_json::Value>,
 }
 
 /// `{"code": N}` or `{"signal": N}`.
@@ -76,6 +79,8 @@ pub struct Stack {
     pub max_live_bytes: u64,
     pub allocated_bytes: u64,
     pub allocations: u64,
+    /// How many of the profile's stacks this entry stands for (more than 1 once merged).
+    pub merged_stacks: u64,
 }
 
 #[derive(Debug, Deserialize)]

@@ -1,0 +1,189 @@
+use super::*;
+use crate::python::Category;
+use crate::report::leaks::LeakReport;
+use crate::report::test_report::{function_frame, intern, process_report, stack_report};
+
+/// A process of `stacks` (each given as innermost-first functions and bytes at the peak,
+/// live and allocated), its totals their sums.
+fn process(stacks: &[(&[&str], u64, u64, u64)]) -> ProcessReport {
+    let mut p = process_report(7, &["prog"]);
+    for (id, &(functions, at_peak, live, allocated)) in (1u32..).zip(stacks) {
+        let stack = stack_report(&mut p, id, functions, at_peak, live, allocated);
+        p.stacks.push(stack);
+    }
+    p.peak_bytes = p.stacks.iter().map(|s| s.at_peak_bytes).sum();
+    p.not_freed_bytes = p.stacks.iter().map(|s| s.live_bytes).sum();
+    p.totals.allocated_bytes = p.stacks.iter().map(|s| s.allocated_bytes).sum();
+    p
+}
+
+/// Each entry as its labels (innermost first), merged count and bytes allocated.
+fn entries(p: &ProcessReport) -> Vec<(Vec<String>, u64, u64)> {
+    p.stacks
+        .iter()
+        .map(|s| {
+            let labels = p.frames_of(&s.frames).map(FrameReport::label).collect();
+            (labels, s.merged_stacks, s.allocated_bytes)
+        })
+        .collect()
+}
+
+fn labels(functions: &[&str]) -> Vec<String> {
+    functions.iter().map(|f| f.to_string()).collect()
+}
+
+#[test]
+fn a_process_within_the_limit_stays_whole() {
+    let mut p = process(&[(&["a", "main"], 0, 0, 8), (&["b", "main"], 0, 0, 8)]);
+    let before = entries(&p);
+    prune_past(&mut p, 2, 100);
+    assert_eq!(entries(&p), before);
+    assert_eq!(p.pruned, None);
+}
+
+#[test]
+fn small_stacks_merge_where_their_branch_stops_mattering() {
+    // Of 1,000 bytes allocated, one part in 100 is 10 bytes. `big` and `wide` matter on
+    // their own; the forty 1-byte stacks under `many` matter together (40 bytes), split
+    // into `left` (30, matters) and `right` (10, matters): each branch's thirty or ten
+    // leaves, 1 byte each, merge under it. The five under `few` (5 bytes) merge at once,
+    // under the frames they all share.
+    let mut stacks: Vec<(Vec<String>, u64)> = vec![
+        (labels(&["big", "main"]), 900),
+        (labels(&["wide", "main"]), 55),
+    ];
+    for i in 0..30 {
+        stacks.push((labels(&[&format!("l{i}"), "left", "many", "main"]), 1));
+    }
+    for i in 0..10 {
+        stacks.push((labels(&[&format!("r{i}"), "right", "many", "main"]), 1));
+    }
+    for i in 0..5 {
+        stacks.push((labels(&[&format!("f{i}"), "few", "main"]), 1));
+    }
+    let refs: Vec<(Vec<&str>, u64)> = stacks
+        .iter()
+        .map(|(f, bytes)| (f.iter().map(String::as_str).collect(), *bytes))
+        .collect();
+    let spec: Vec<(&[&str], u64, u64, u64)> = refs
+        .iter()
+        .map(|(f, bytes)| (f.as_slice(), 0, 0, *bytes))
+        .collect();
+    let mut p = process(&spec);
+    assert_eq!(p.totals.allocated_bytes, 1_000);
+    prune_past(&mut p, 10, 100);
+
+    let marker = SMALLER_STACKS_LABEL;
+    let mut got = entries(&p);
+    got.sort();
+    let mut expected = vec![
+        (labels(&["big", "main"]), 1, 900),
+        (labels(&["wide", "main"]), 1, 55),
+        (labels(&[marker, "left", "many", "main"]), 30, 30),
+        (labels(&[marker, "right", "many", "main"]), 10, 10),
+        (labels(&[marker, "few", "main"]), 5, 5),
+    ];
+    expected.sort();
+    assert_eq!(got, expected);
+    let pruned = p.pruned.expect("pruned");
+    assert_eq!(
+        (
+            pruned.profile_stacks,
+            pruned.merged_stacks,
+            pruned.merged_entries
+        ),
+        (47, 45, 3)
+    );
+    assert_eq!(
+        note(7, &pruned),
+        "note: pid 7: 45 of its 47 stacks, each under 1/100 of its totals, are merged along \
+         the call tree into 3 entries ([smaller stacks]); --all-stacks lists every one"
+    );
+    // Every figure still adds up; entries are in the report's order (allocated, here).
+    let sum: u64 = p.stacks.iter().map(|s| s.allocated_bytes).sum();
+    assert_eq!(sum, 1_000);
+    assert_eq!(p.stacks[0].allocated_bytes, 900);
+    // The merged entries have no call-site key and the smallest id of their stacks.
+    let few = p.stacks.iter().find(|s| s.merged_stacks == 5).expect("few");
+    assert_eq!((few.site.as_deref(), few.id), (None, 43));
+}
+
+#[test]
+fn a_stack_that_matters_at_the_peak_or_at_exit_stays_whole() {
+    // Nothing allocated matters alone, but one stack holds the peak and one the exit.
+    let mut p = process(&[
+        (&["peak", "main"], 100, 0, 1),
+        (&["exit", "main"], 0, 100, 1),
+        (&["x", "main"], 0, 0, 1),
+        (&["y", "main"], 0, 0, 1),
+    ]);
+    p.totals.allocated_bytes = 400;
+    prune_past(&mut p, 1, 100);
+    let mut got = entries(&p);
+    got.sort();
+    let marker = SMALLER_STACKS_LABEL;
+    assert_eq!(
+        got,
+        vec![
+            (labels(&[marker, "main"]), 2, 2),
+            (labels(&["exit", "main"]), 1, 1),
+            (labels(&["peak", "main"]), 1, 1),
+        ]
+    );
+}
+
+#[test]
+fn numpy_data_and_other_memory_never_share_an_entry() {
+    let mut p = process(&[
+        (&["big", "main"], 0, 0, 1_000),
+        (&["a", "main"], 0, 0, 1),
+        (&["b", "main"], 0, 0, 1),
+        (&["c", "main"], 0, 0, 1),
+        (&["d", "main"], 0, 0, 1),
+    ]);
+    p.stacks[1].category = Category::Numpy;
+    p.stacks[2].category = Category::Numpy;
+    prune_past(&mut p, 1, 100);
+    let merged: Vec<(Category, u64)> = p
+        .stacks
+        .iter()
+        .filter(|s| s.merged_stacks > 1)
+        .map(|s| (s.category, s.merged_stacks))
+        .collect();
+    assert_eq!(merged.len(), 2);
+    assert!(merged.contains(&(Category::Numpy, 2)));
+    assert!(merged.contains(&(Category::Native, 2)));
+}
+
+#[test]
+fn frames_no_stack_uses_are_dropped_and_every_reference_follows() {
+    let mut p = process(&[
+        (&["big", "main"], 0, 0, 1_000),
+        (&["gone1", "main"], 0, 0, 1),
+        (&["gone2", "main"], 0, 0, 1),
+    ]);
+    // A leak uses a frame that only a merged stack had, and one of its own.
+    let frames = vec![
+        intern(&mut p, function_frame("gone2")),
+        intern(&mut p, function_frame("leaky")),
+    ];
+    p.leaks.push(LeakReport {
+        kind: "definite".to_owned(),
+        bytes: 1,
+        blocks: 1,
+        stack_id: 3,
+        frames,
+        id: "0".to_owned(),
+        suppressed: false,
+    });
+    prune_past(&mut p, 1, 100);
+    let mut names: Vec<String> = p.frames.iter().map(FrameReport::label).collect();
+    names.sort();
+    let marker = SMALLER_STACKS_LABEL;
+    assert_eq!(names, [marker, "big", "gone2", "leaky", "main"]);
+    let leak: Vec<String> = p
+        .frames_of(&p.leaks[0].frames)
+        .map(FrameReport::label)
+        .collect();
+    assert_eq!(leak, ["gone2", "leaky"]);
+}
