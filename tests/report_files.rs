@@ -37,6 +37,7 @@ const PROCESS_KEYS: &[&str] = &[
     "stacks",
     "replaced_by_exec",
     "forked",
+    "pruned",
 ];
 const TOTALS_KEYS: &[&str] = &["allocated_bytes", "allocations", "frees"];
 const STACK_KEYS: &[&str] = &[
@@ -49,6 +50,7 @@ const STACK_KEYS: &[&str] = &[
     "max_live_bytes",
     "allocated_bytes",
     "allocations",
+    "merged_stacks",
 ];
 const FRAME_KEYS: &[&str] = &["function", "file", "line", "module"];
 
