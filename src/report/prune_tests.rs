@@ -1,3 +1,7 @@
+use std::collections::HashSet;
+
+use proptest::prelude::*;
+
 use super::*;
 use crate::python::Category;
 use crate::report::leaks::LeakReport;
@@ -186,4 +190,108 @@ fn frames_no_stack_uses_are_dropped_and_every_reference_follows() {
         .map(FrameReport::label)
         .collect();
     assert_eq!(leak, ["gone2", "leaky"]);
+}
+
+/// The sums of every figure of `p`'s stacks, per category.
+fn sums(p: &ProcessReport) -> Vec<(Category, [u64; 9])> {
+    let mut sums: Vec<(Category, [u64; 9])> = Vec::new();
+    for s in &p.stacks {
+        let figures = [
+            s.at_peak_bytes,
+            s.at_peak_blocks,
+            s.live_bytes,
+            s.live_blocks,
+            s.max_live_bytes,
+            s.allocated_bytes,
+            s.allocations,
+            s.frees,
+            s.merged_stacks,
+        ];
+        match sums
+            .iter_mut()
+            .find(|(category, _)| *category == s.category)
+        {
+            Some((_, total)) => total.iter_mut().zip(figures).for_each(|(t, f)| *t += f),
+            None => sums.push((s.category, figures)),
+        }
+    }
+    sums.sort_by_key(|(category, _)| *category);
+    sums
+}
+
+proptest! {
+    /// Whatever the stacks and the share: every figure's sum stays (per category), a stack
+    /// that matters alone stays as it was, merged entries and only they start with the
+    /// marker, and the frame table holds each frame some list uses, once.
+    #[test]
+    fn pruning_keeps_every_sum_and_every_stack_that_matters(
+        stacks in prop::collection::vec(
+            (
+                prop::collection::vec(0u8..3, 1..6),
+                (0u64..50, 0u64..50, 1u64..50),
+                any::<bool>(),
+            ),
+            1..60,
+        ),
+        share in 2u64..50,
+    ) {
+        let names: Vec<Vec<String>> = stacks
+            .iter()
+            .map(|(path, _, _)| {
+                // Innermost first: the path's last choice is the innermost frame.
+                path.iter().enumerate().rev().map(|(level, c)| format!("f{level}_{c}")).collect()
+            })
+            .collect();
+        let refs: Vec<Vec<&str>> = names
+            .iter()
+            .map(|frames| frames.iter().map(String::as_str).collect())
+            .collect();
+        let spec: Vec<(&[&str], u64, u64, u64)> = refs
+            .iter()
+            .zip(&stacks)
+            .map(|(frames, (_, (peak, live, freed), _))| {
+                (frames.as_slice(), *peak, *live, *live + *freed)
+            })
+            .collect();
+        let mut p = process(&spec);
+        for (stack, (_, _, numpy)) in p.stacks.iter_mut().zip(&stacks) {
+            if *numpy {
+                stack.category = Category::Numpy;
+            }
+        }
+        let before = sums(&p);
+        let limits = Limits::of(&p, share);
+        let mattering: Vec<(u32, Vec<String>)> = p
+            .stacks
+            .iter()
+            .filter(|s| limits.matter(weighed(s)))
+            .map(|s| (s.id, p.frames_of(&s.frames).map(FrameReport::label).collect()))
+            .collect();
+
+        prune_past(&mut p, 0, share);
+
+        prop_assert_eq!(sums(&p), before);
+        for (id, labels) in &mattering {
+            let kept = p.stacks.iter().find(|s| s.id == *id && s.merged_stacks == 1);
+            let kept = kept.map(|s| p.frames_of(&s.frames).map(FrameReport::label).collect::<Vec<_>>());
+            prop_assert_eq!(kept.as_ref(), Some(labels));
+        }
+        for s in &p.stacks {
+            let first = p.frames_of(&s.frames).next().map(FrameReport::label);
+            let marked = first.as_deref() == Some(SMALLER_STACKS_LABEL);
+            prop_assert_eq!(marked, s.merged_stacks > 1);
+            prop_assert!(!marked || s.site.is_none());
+        }
+        let used: HashSet<u32> = p.stacks.iter().flat_map(|s| s.frames.iter().copied()).collect();
+        prop_assert_eq!(used.len(), p.frames.len());
+        prop_assert!(used.iter().all(|&f| (f as usize) < p.frames.len()));
+        let distinct: HashSet<String> = p.frames.iter().map(FrameReport::label).collect();
+        prop_assert_eq!(distinct.len(), p.frames.len());
+        let order: Vec<_> = p
+            .stacks
+            .iter()
+            .map(|s| (Reverse(s.at_peak_bytes), Reverse(s.allocated_bytes), s.id))
+            .collect();
+        prop_assert!(order.windows(2).all(|pair| pair[0] <= pair[1]));
+    }
 }
