@@ -31,7 +31,7 @@ pub const SMALLER_STACKS_LABEL: &str = "[smaller stacks]";
 /// What pruning did to a process's stacks (`pruned` in report.json; null when whole).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Pruned {
-    /// Stacks the process's profile had.
+    /// The profile's stacks with a figure: the entries `stacks` would have unmerged.
     pub profile_stacks: u64,
     /// How many of them were merged into entries whose `merged_stacks` is above 1.
     pub merged_stacks: u64,
@@ -45,7 +45,8 @@ pub struct Pruned {
 pub fn note(pid: u32, pruned: &Pruned) -> String {
     format!(
         "note: pid {pid}: {} of its {} stacks, each under 1/{} of its totals, are merged \
-         along the call tree into {} entr{} ([smaller stacks]); --all-stacks lists every one",
+         along the call tree into {} entr{} ({SMALLER_STACKS_LABEL}); --all-stacks lists every \
+         one",
         group(pruned.merged_stacks),
         group(pruned.profile_stacks),
         group(pruned.share),
