@@ -2,7 +2,9 @@
 //! profile file and its frames in the file's frame area; a hash-chain index in anonymous
 //! memory finds a known stack without locks (new stacks are linked in with one CAS). The
 //! chains run through a dense array of links beside it, each with a tag of its stack's
-//! hash, so that walking a chain reads a record only where the tag matches.
+//! hash, so that walking a chain reads a record only where the tag matches. Each chain's
+//! head word also sums up which hashes the chain holds, so that most new stacks are known
+//! to be new without walking their chain at all.
 
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
@@ -21,10 +23,13 @@ const MIN_BUCKET_BITS: u32 = 16;
 const MAX_BUCKET_BITS: u32 = 22;
 
 pub struct StackTable {
-    /// Head stack id of each hash chain (0 = empty), in an anonymous mapping.
+    /// Each hash chain's head word, in an anonymous mapping: the head stack id (0 = empty)
+    /// in the low `id_bits`, and above it the chain's summary (see [`Summary`]).
     buckets: *const AtomicU32,
     /// log2 of the number of chains.
     bucket_bits: u32,
+    /// How the head words are split between the id and the summary.
+    summary: Summary,
     /// By stack id: the next id in its chain (low half) and its hash's tag (high half), in
     /// an anonymous mapping. A new stack's lookup walks its whole chain; through the
     /// records (128 bytes apart, spread over a file of up to 256 MiB of them) each step
@@ -64,6 +69,59 @@ fn published(record: *mut StackRecord) -> &'static AtomicU32 {
     unsafe { AtomicU32::from_ptr(core::ptr::addr_of_mut!((*record).published)) }
 }
 
+/// The bits of a head word above the stack id: one bit per group of hashes, set when a
+/// stack of that group is linked into the chain. A new stack's lookup (most of `import
+/// torch`'s two million stacks are new) walks its chain only if its group's bit is set:
+/// each step of a walk is a cache miss. The ids take the bits the stack capacity needs
+/// (22 by default, leaving 10 for the summary); a capacity of 2^32 leaves none, and every
+/// chain is then walked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Summary {
+    id_bits: u32,
+}
+
+/// The hash bits that choose a summary bit: below the bucket index's (the top
+/// [`MAX_BUCKET_BITS`] at most) and above the tag's, so that neither decides them.
+const SUMMARY_HASH_SHIFT: u32 = 32;
+const SUMMARY_HASH_BITS: u32 = 64 - MAX_BUCKET_BITS - SUMMARY_HASH_SHIFT;
+
+impl Summary {
+    fn for_capacity(stack_capacity: u64) -> Summary {
+        let highest_id = stack_capacity.saturating_sub(1);
+        let id_bits = (u64::BITS - highest_id.leading_zeros()).clamp(1, u32::BITS);
+        Summary { id_bits }
+    }
+
+    fn bits(self) -> u32 {
+        u32::BITS - self.id_bits
+    }
+
+    fn head(self, word: u32) -> u32 {
+        word & (u32::MAX >> self.bits())
+    }
+
+    /// The summary bit of `hash`, in head-word position (0 when there is no summary).
+    fn bit_of(self, hash: u64) -> u32 {
+        let group = (hash >> SUMMARY_HASH_SHIFT) & ((1 << SUMMARY_HASH_BITS) - 1);
+        // Spread over the summary's bits: group * bits / 2^SUMMARY_HASH_BITS < bits.
+        let index = ((group * u64::from(self.bits())) >> SUMMARY_HASH_BITS) as u32;
+        match self.bits() {
+            0 => 0,
+            _ => 1u32 << (self.id_bits + index),
+        }
+    }
+
+    /// Whether the chain of `word` may hold a stack of summary bit `bit`.
+    fn may_hold(self, word: u32, bit: u32) -> bool {
+        bit == 0 || word & bit != 0
+    }
+
+    /// The head word of a chain `word` once stack `id` (of summary bit `bit`) heads it.
+    fn linked(self, word: u32, id: u32, bit: u32) -> u32 {
+        (word & !(u32::MAX >> self.bits())) | bit | id
+    }
+}
+
 /// log2 of the chain count for a table of `stack_capacity` stacks.
 fn bucket_bits_for(stack_capacity: u64) -> u32 {
     let wanted = (stack_capacity / STACKS_PER_BUCKET).max(1);
@@ -86,6 +144,7 @@ impl StackTable {
         Some(StackTable {
             buckets: buckets.cast(),
             bucket_bits,
+            summary: Summary::for_capacity(stack_capacity),
             links: links.cast(),
             link_count: stack_capacity,
         })
@@ -111,9 +170,13 @@ impl StackTable {
         }
         let hash = hash_frames(frames);
         let bucket = self.bucket(hash);
-        let mut head = bucket.load(Ordering::Acquire);
-        if let Some(id) = self.find(file, head, UNKNOWN_STACK_ID, hash, frames) {
-            return id;
+        let bit = self.summary.bit_of(hash);
+        let mut word = bucket.load(Ordering::Acquire);
+        if self.summary.may_hold(word, bit) {
+            let head = self.summary.head(word);
+            if let Some(id) = self.find(file, head, UNKNOWN_STACK_ID, hash, frames) {
+                return id;
+            }
         }
         let Some(id) = self.store(file, hash, frames) else {
             return UNKNOWN_STACK_ID;
@@ -122,8 +185,10 @@ impl StackTable {
             return UNKNOWN_STACK_ID;
         };
         loop {
+            let head = self.summary.head(word);
             link.store(link_word(head, tag_of(hash)), Ordering::Relaxed);
-            match bucket.compare_exchange(head, id, Ordering::AcqRel, Ordering::Acquire) {
+            let linked = self.summary.linked(word, id, bit);
+            match bucket.compare_exchange(word, linked, Ordering::AcqRel, Ordering::Acquire) {
                 Ok(_) => {
                     published(record).store(1, Ordering::Release);
                     return id;
@@ -131,10 +196,13 @@ impl StackTable {
                 Err(newer) => {
                     // Another thread linked stacks meanwhile; one may be ours. Our record
                     // then stays unpublished, a hole the reader skips.
-                    if let Some(existing) = self.find(file, newer, head, hash, frames) {
-                        return existing;
+                    if self.summary.may_hold(newer, bit) {
+                        let newest = self.summary.head(newer);
+                        if let Some(existing) = self.find(file, newest, head, hash, frames) {
+                            return existing;
+                        }
                     }
-                    head = newer;
+                    word = newer;
                 }
             }
         }
@@ -269,6 +337,45 @@ mod tests {
         let new = table.intern(file, &left_out[0]);
         assert!(!ids.contains(&new) && new != UNKNOWN_STACK_ID);
         assert_eq!(table.intern(file, &left_out[0]), new);
+    }
+
+    #[test]
+    fn a_head_word_keeps_its_id_and_every_linked_stack_s_summary_bit() {
+        let summary = Summary::for_capacity(1 << 22);
+        assert_eq!((summary.id_bits, summary.bits()), (22, 10));
+        let mut word = 0u32;
+        let mut bits = Vec::new();
+        for (id, frame) in (1u32..).zip((0x1000u64..).step_by(16).take(40)) {
+            let bit = summary.bit_of(hash_frames(&[frame]));
+            assert_eq!(bit.count_ones(), 1);
+            assert!(bit >= 1 << 22);
+            word = summary.linked(word, id, bit);
+            assert_eq!(summary.head(word), id);
+            bits.push(bit);
+            assert!(bits.iter().all(|&bit| summary.may_hold(word, bit)));
+        }
+        // Forty hashes reach every one of the ten bits.
+        assert_eq!(word >> 22, (1 << 10) - 1);
+        // A chain of one stack holds only its own group.
+        let lone = summary.linked(0, 7, bits[0]);
+        let mut others = bits.iter().filter(|&&bit| bit != bits[0]);
+        assert!(others.clone().count() > 0);
+        assert!(others.all(|&bit| !summary.may_hold(lone, bit)));
+    }
+
+    #[test]
+    fn ids_the_capacity_needs_leave_the_rest_of_the_word_to_the_summary() {
+        assert_eq!(Summary::for_capacity(1 << 22).bits(), 10);
+        assert_eq!(Summary::for_capacity((1 << 22) + 1).bits(), 9);
+        assert_eq!(Summary::for_capacity(2).bits(), 31);
+        assert_eq!(Summary::for_capacity(0).bits(), 31);
+        // No room left: no summary, and every chain may hold every stack.
+        let full = Summary::for_capacity(1 << 32);
+        assert_eq!(full.bits(), 0);
+        assert_eq!(full.bit_of(u64::MAX), 0);
+        assert!(full.may_hold(0, 0));
+        assert_eq!(full.linked(5, u32::MAX - 1, 0), u32::MAX - 1);
+        assert_eq!(full.head(u32::MAX), u32::MAX);
     }
 
     #[test]

@@ -14,12 +14,14 @@
 //! frame a flame graph would draw wide enough to read keeps its width.
 
 use std::cmp::Reverse;
+use std::ops::Range;
 
 use memwarden_abi::UNKNOWN_STACK_ID;
 use serde::{Deserialize, Serialize};
 
 use super::json::{FrameKind, FrameReport, ProcessReport, StackReport};
 use super::text::group;
+use crate::python::Category;
 
 /// Processes with at most this many stacks are reported whole.
 pub const WHOLE_UP_TO: usize = 100_000;
@@ -99,30 +101,27 @@ fn prune_past(p: &mut ProcessReport, whole_up_to: usize, share: u64) {
     }
     let limits = Limits::of(p, share);
     let profile_stacks = p.stacks.len() as u64;
-    let (mut kept, mut small): (Vec<StackReport>, Vec<StackReport>) = std::mem::take(&mut p.stacks)
+    let (mut kept, small): (Vec<StackReport>, Vec<StackReport>) = std::mem::take(&mut p.stacks)
         .into_iter()
         .partition(|s| s.id == UNKNOWN_STACK_ID || limits.matter(weighed(s)));
-    // Sorted by category (no entry mixes NumPy data with other memory), then by frames
-    // from the outermost: each branch of the call tree is then a run.
-    small.sort_unstable_by(|a, b| {
-        (a.category)
-            .cmp(&b.category)
-            .then_with(|| a.frames.iter().rev().cmp(b.frames.iter().rev()))
-    });
     let marker = p.frames.len() as u32;
     p.frames.push(smaller_stacks_frame());
     let mut tree = Tree::new(&small, &limits, marker);
+    // No entry mixes NumPy data with other memory: each category is a tree of its own.
+    let mut by_category: Vec<(Category, u32)> =
+        (0u32..).zip(&small).map(|(i, s)| (s.category, i)).collect();
+    by_category.sort_unstable();
+    let mut order: Vec<u32> = by_category.iter().map(|&(_, i)| i).collect();
     let mut start = 0;
-    while start < small.len() {
-        let category = small[start].category;
-        let end = start + small[start..].partition_point(|s| s.category == category);
-        tree.walk(start, end, 0);
+    for category in by_category.chunk_by(|a, b| a.0 == b.0) {
+        let end = start + category.len();
+        tree.split(&mut order[start..end], 0);
         start = end;
     }
     let merged = tree.merged;
     let merged_entries = merged.len() as u64;
     let merged_stacks = merged.iter().map(|s| s.merged_stacks).sum();
-    kept.extend(tree.whole.iter().map(|&i| small[i].clone()));
+    kept.extend(tree.whole.iter().map(|&i| small[i as usize].clone()));
     kept.extend(merged);
     kept.sort_by_cached_key(|s| (Reverse(s.at_peak_bytes), Reverse(s.allocated_bytes), s.id));
     p.stacks = kept;
@@ -135,103 +134,117 @@ fn prune_past(p: &mut ProcessReport, whole_up_to: usize, share: u64) {
     compact_frames(p);
 }
 
-/// The call tree of a category's small stacks, sorted from their outermost frames.
+/// The call tree of a category's small stacks, walked from their outermost frames. A
+/// branch is the stacks (indices into `stacks`, in a slice of their own) that share its
+/// outer frames; each is sorted by its next frame only when it is split, so that the long
+/// runs of frames a whole branch shares are compared once per stack, not once per
+/// comparison of a sort.
 struct Tree<'a> {
     stacks: &'a [StackReport],
     limits: &'a Limits,
     marker: u32,
-    /// Running sums of each stack's weighed figures, so that a branch is weighed at once.
-    sums: Vec<[u64; 3]>,
     /// Stacks kept as they are (by index).
-    whole: Vec<usize>,
+    whole: Vec<u32>,
     /// The entries of merged stacks.
     merged: Vec<StackReport>,
 }
 
 impl<'a> Tree<'a> {
     fn new(stacks: &'a [StackReport], limits: &'a Limits, marker: u32) -> Self {
-        let mut sums = Vec::with_capacity(stacks.len() + 1);
-        let mut sum = [0u64; 3];
-        sums.push(sum);
-        for s in stacks {
-            for (total, figure) in sum.iter_mut().zip(weighed(s)) {
-                *total = total.saturating_add(figure);
-            }
-            sums.push(sum);
-        }
         Tree {
             stacks,
             limits,
             marker,
-            sums,
             whole: Vec::new(),
             merged: Vec::new(),
         }
     }
 
     /// The frame `depth` places in from the outermost of stack `i`, if it is that long.
-    fn frame_at(&self, i: usize, depth: usize) -> Option<u32> {
-        let frames = &self.stacks[i].frames;
+    fn frame_at(&self, i: u32, depth: usize) -> Option<u32> {
+        let frames = &self.stacks[i as usize].frames;
         frames.len().checked_sub(depth + 1).map(|at| frames[at])
     }
 
-    /// How many outer frames stacks `a` and `b` share, knowing they share `known`. In a
-    /// sorted branch, the first and last stacks share what all of them share.
-    fn shared_depth(&self, a: usize, b: usize, known: usize) -> usize {
-        let mut depth = known;
-        while self.frame_at(a, depth).is_some()
-            && self.frame_at(a, depth) == self.frame_at(b, depth)
-        {
-            depth += 1;
+    /// How many outer frames all of `branch` share, knowing they share `known`.
+    fn shared_depth(&self, branch: &[u32], known: usize) -> usize {
+        let Some((&first, others)) = branch.split_first() else {
+            return known;
+        };
+        let first = &self.stacks[first as usize].frames;
+        let mut shared = first.len();
+        for &other in others {
+            let other = &self.stacks[other as usize].frames;
+            let outermost_first = first.iter().rev().zip(other.iter().rev());
+            shared = known
+                + outermost_first
+                    .take(shared)
+                    .skip(known)
+                    .take_while(|(a, b)| a == b)
+                    .count();
         }
-        depth
+        shared
     }
 
-    fn weight(&self, start: usize, end: usize) -> [u64; 3] {
-        let (a, b) = (self.sums[start], self.sums[end]);
-        [b[0] - a[0], b[1] - a[1], b[2] - a[2]]
+    fn weight(&self, branch: &[u32]) -> [u64; 3] {
+        branch.iter().fold([0u64; 3], |mut sum, &i| {
+            for (total, figure) in sum.iter_mut().zip(weighed(&self.stacks[i as usize])) {
+                *total = total.saturating_add(figure);
+            }
+            sum
+        })
     }
 
-    /// Stacks `start..end`, which share their `depth` outermost frames and matter together:
-    /// splits them by their next frame, walks each branch that still matters and merges
-    /// the rest into one entry.
-    fn walk(&mut self, start: usize, end: usize, depth: usize) {
+    /// Stacks `branch`, which share their `depth` outermost frames: splits them by their
+    /// next frame, walks each part that matters and merges the rest into one entry.
+    fn split(&mut self, branch: &mut [u32], depth: usize) {
+        // Shorter stacks first, as their frames from the outermost sort. Each stack's next
+        // frame is read once, not at every comparison: it is a cache miss.
+        let mut keyed: Vec<(u64, u32)> = branch
+            .iter()
+            .map(|&i| (self.frame_at(i, depth).map_or(0, |f| u64::from(f) + 1), i))
+            .collect();
+        keyed.sort_unstable();
+        for (slot, &(_, i)) in branch.iter_mut().zip(&keyed) {
+            *slot = i;
+        }
         let mut small = Vec::new();
-        let mut at = start;
-        while at < end {
-            let frame = self.frame_at(at, depth);
-            let mut branch_end = at + 1;
-            while branch_end < end && self.frame_at(branch_end, depth) == frame {
-                branch_end += 1;
-            }
-            // Stacks no longer than the shared frames (sorted first) are those frames.
-            if frame.is_none() {
-                self.whole.extend(at..branch_end);
-            } else if branch_end - at > 1 && self.limits.matter(self.weight(at, branch_end)) {
-                self.walk(at, branch_end, depth + 1);
+        let mut at = 0;
+        for run in keyed.chunk_by(|a, b| a.0 == b.0) {
+            let range = at..at + run.len();
+            at = range.end;
+            let part = &mut branch[range.clone()];
+            if run[0].0 == 0 {
+                // Stacks no longer than the shared frames are those frames.
+                self.whole.extend_from_slice(part);
+            } else if part.len() > 1 && self.limits.matter(self.weight(part)) {
+                // Every frame the whole part shares is skipped at once: one such frame
+                // at a time would split it into the same single part again.
+                let shared = self.shared_depth(part, depth + 1);
+                self.split(part, shared);
             } else {
-                small.push(at..branch_end);
+                small.push(range);
             }
-            at = branch_end;
         }
         match small.as_slice() {
             [] => {}
-            [only] if only.len() == 1 => self.whole.push(only.start),
+            [only] if only.len() == 1 => self.whole.push(branch[only.start]),
             _ => {
-                let entry = self.merge(&small, depth);
+                let entry = self.merge(branch, &small, depth);
                 self.merged.push(entry);
             }
         }
     }
 
-    /// One entry for the stacks of `ranges`: the outer frames they all share (`depth`, or
-    /// more when they are one branch) under the marker, and their figures summed.
-    fn merge(&self, ranges: &[std::ops::Range<usize>], depth: usize) -> StackReport {
-        let shared = match ranges {
-            [branch] => self.shared_depth(branch.start, branch.end - 1, depth),
+    /// One entry for the stacks of `parts` (ranges of `branch`): the outer frames they all
+    /// share (`depth`, or more when they are one part) under the marker, and their figures
+    /// summed.
+    fn merge(&self, branch: &[u32], parts: &[Range<usize>], depth: usize) -> StackReport {
+        let shared = match parts {
+            [part] => self.shared_depth(&branch[part.clone()], depth),
             _ => depth,
         };
-        let first = &self.stacks[ranges[0].start];
+        let first = &self.stacks[branch[parts[0].start] as usize];
         let mut frames = Vec::with_capacity(shared + 1);
         frames.push(self.marker);
         frames.extend_from_slice(&first.frames[first.frames.len() - shared..]);
@@ -250,7 +263,8 @@ impl<'a> Tree<'a> {
             frees: 0,
             merged_stacks: 0,
         };
-        for s in ranges.iter().flat_map(|range| &self.stacks[range.clone()]) {
+        let members = parts.iter().flat_map(|part| &branch[part.clone()]);
+        for s in members.map(|&i| &self.stacks[i as usize]) {
             entry.id = entry.id.min(s.id);
             entry.at_peak_bytes += s.at_peak_bytes;
             entry.at_peak_blocks += s.at_peak_blocks;

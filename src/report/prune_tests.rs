@@ -295,3 +295,138 @@ proptest! {
         prop_assert!(order.windows(2).all(|pair| pair[0] <= pair[1]));
     }
 }
+
+/// One entry as the model below gives it: its id, labels (innermost first), how many
+/// stacks it holds and the bytes they allocated.
+type ModelEntry = (u32, Vec<String>, u64, u64);
+
+/// The reference the walk is held to: the small stacks fully sorted from their outermost
+/// frames, and their call tree walked one frame at a time.
+fn model(p: &ProcessReport, share: u64) -> Vec<ModelEntry> {
+    let limits = Limits::of(p, share);
+    let labels_of = |frames: &[u32]| p.frames_of(frames).map(FrameReport::label).collect();
+    let (kept, mut small): (Vec<&StackReport>, Vec<&StackReport>) =
+        p.stacks.iter().partition(|s| limits.matter(weighed(s)));
+    let mut entries: Vec<ModelEntry> = kept
+        .iter()
+        .map(|s| (s.id, labels_of(&s.frames), 1, s.allocated_bytes))
+        .collect();
+    small.sort_by(|a, b| {
+        (a.category)
+            .cmp(&b.category)
+            .then_with(|| a.frames.iter().rev().cmp(b.frames.iter().rev()))
+    });
+    for category in small.chunk_by(|a, b| a.category == b.category) {
+        model_walk(category, 0, &limits, &mut |stacks, shared| {
+            let first = stacks[0];
+            let mut labels: Vec<String> = labels_of(&first.frames[first.frames.len() - shared..]);
+            if stacks.len() > 1 {
+                labels.insert(0, SMALLER_STACKS_LABEL.to_owned());
+            }
+            let id = stacks.iter().map(|s| s.id).min().unwrap_or(0);
+            let count = stacks.len() as u64;
+            let allocated = stacks.iter().map(|s| s.allocated_bytes).sum();
+            entries.push((id, labels, count, allocated));
+        });
+    }
+    entries.sort();
+    entries
+}
+
+/// The model's walk of sorted `stacks` sharing `depth` outer frames; `emit` gets each
+/// entry's stacks and how many outer frames it shows.
+fn model_walk(
+    stacks: &[&StackReport],
+    depth: usize,
+    limits: &Limits,
+    emit: &mut dyn FnMut(&[&StackReport], usize),
+) {
+    let frame_at = |s: &StackReport, depth: usize| {
+        s.frames.len().checked_sub(depth + 1).map(|at| s.frames[at])
+    };
+    let mut small: Vec<&[&StackReport]> = Vec::new();
+    for part in stacks.chunk_by(|a, b| frame_at(a, depth) == frame_at(b, depth)) {
+        let weight = part.iter().fold([0u64; 3], |sum, s| {
+            let w = weighed(s);
+            [sum[0] + w[0], sum[1] + w[1], sum[2] + w[2]]
+        });
+        if frame_at(part[0], depth).is_none() {
+            part.iter().for_each(|s| emit(&[s], s.frames.len()));
+        } else if part.len() > 1 && limits.matter(weight) {
+            model_walk(part, depth + 1, limits, emit);
+        } else {
+            small.push(part);
+        }
+    }
+    match small.as_slice() {
+        [] => {}
+        [only] if only.len() == 1 => emit(only, only[0].frames.len()),
+        [only] => {
+            let (first, last) = (only[0], only[only.len() - 1]);
+            let shared = (depth..)
+                .take_while(|&d| {
+                    frame_at(first, d).is_some() && frame_at(first, d) == frame_at(last, d)
+                })
+                .count()
+                + depth;
+            emit(only, shared);
+        }
+        parts => emit(&parts.concat(), depth),
+    }
+}
+
+proptest! {
+    /// The walk merges exactly the stacks the model merges, under the same frames: it
+    /// sorts each branch by its next frame only, and skips at once the frames a branch
+    /// shares, where the model sorts every stack whole and steps one frame at a time.
+    #[test]
+    fn pruning_merges_as_a_walk_one_frame_at_a_time_does(
+        stacks in prop::collection::vec(
+            (
+                prop::collection::vec(0u8..3, 1..8),
+                (0u64..20, 0u64..20, 1u64..20),
+                any::<bool>(),
+            ),
+            1..80,
+        ),
+        share in 2u64..60,
+    ) {
+        let names: Vec<Vec<String>> = stacks
+            .iter()
+            .map(|(path, _, _)| {
+                path.iter().enumerate().rev().map(|(level, c)| format!("f{level}_{c}")).collect()
+            })
+            .collect();
+        let refs: Vec<Vec<&str>> = names
+            .iter()
+            .map(|frames| frames.iter().map(String::as_str).collect())
+            .collect();
+        let spec: Vec<(&[&str], u64, u64, u64)> = refs
+            .iter()
+            .zip(&stacks)
+            .map(|(frames, (_, (peak, live, freed), _))| {
+                (frames.as_slice(), *peak, *live, *live + *freed)
+            })
+            .collect();
+        let mut p = process(&spec);
+        for (stack, (_, _, numpy)) in p.stacks.iter_mut().zip(&stacks) {
+            if *numpy {
+                stack.category = Category::Numpy;
+            }
+        }
+        let expected = model(&p, share);
+
+        prune_past(&mut p, 0, share);
+
+        let mut got: Vec<ModelEntry> = p
+            .stacks
+            .iter()
+            .map(|s| {
+                let labels = p.frames_of(&s.frames).map(FrameReport::label).collect();
+                (s.id, labels, s.merged_stacks, s.allocated_bytes)
+            })
+            .collect();
+        got.sort();
+        prop_assert_eq!(got, expected);
+    }
+}
