@@ -219,6 +219,40 @@ fn sums(p: &ProcessReport) -> Vec<(Category, [u64; 9])> {
     sums
 }
 
+/// One generated stack: its path of choices from the outermost frame, its bytes at the
+/// peak, live and freed, and whether it is NumPy data.
+type GeneratedStack = (Vec<u8>, (u64, u64, u64), bool);
+
+/// The process of generated `stacks`: choice `c` at level `l` is frame `fl_c`.
+fn generated_process(stacks: &[GeneratedStack]) -> ProcessReport {
+    let names: Vec<Vec<String>> = stacks
+        .iter()
+        .map(|(path, _, _)| {
+            // Innermost first: the path's last choice is the innermost frame.
+            let levels = path.iter().enumerate().rev();
+            levels.map(|(level, c)| format!("f{level}_{c}")).collect()
+        })
+        .collect();
+    let refs: Vec<Vec<&str>> = names
+        .iter()
+        .map(|frames| frames.iter().map(String::as_str).collect())
+        .collect();
+    let spec: Vec<(&[&str], u64, u64, u64)> = refs
+        .iter()
+        .zip(stacks)
+        .map(|(frames, (_, (peak, live, freed), _))| {
+            (frames.as_slice(), *peak, *live, *live + *freed)
+        })
+        .collect();
+    let mut p = process(&spec);
+    for (stack, (_, _, numpy)) in p.stacks.iter_mut().zip(stacks) {
+        if *numpy {
+            stack.category = Category::Numpy;
+        }
+    }
+    p
+}
+
 proptest! {
     /// Whatever the stacks and the share: every figure's sum stays (per category), a stack
     /// that matters alone stays as it was, merged entries and only they start with the
@@ -235,30 +269,7 @@ proptest! {
         ),
         share in 2u64..50,
     ) {
-        let names: Vec<Vec<String>> = stacks
-            .iter()
-            .map(|(path, _, _)| {
-                // Innermost first: the path's last choice is the innermost frame.
-                path.iter().enumerate().rev().map(|(level, c)| format!("f{level}_{c}")).collect()
-            })
-            .collect();
-        let refs: Vec<Vec<&str>> = names
-            .iter()
-            .map(|frames| frames.iter().map(String::as_str).collect())
-            .collect();
-        let spec: Vec<(&[&str], u64, u64, u64)> = refs
-            .iter()
-            .zip(&stacks)
-            .map(|(frames, (_, (peak, live, freed), _))| {
-                (frames.as_slice(), *peak, *live, *live + *freed)
-            })
-            .collect();
-        let mut p = process(&spec);
-        for (stack, (_, _, numpy)) in p.stacks.iter_mut().zip(&stacks) {
-            if *numpy {
-                stack.category = Category::Numpy;
-            }
-        }
+        let mut p = generated_process(&stacks);
         let before = sums(&p);
         let limits = Limits::of(&p, share);
         let mattering: Vec<(u32, Vec<String>)> = p
@@ -391,29 +402,7 @@ proptest! {
         ),
         share in 2u64..60,
     ) {
-        let names: Vec<Vec<String>> = stacks
-            .iter()
-            .map(|(path, _, _)| {
-                path.iter().enumerate().rev().map(|(level, c)| format!("f{level}_{c}")).collect()
-            })
-            .collect();
-        let refs: Vec<Vec<&str>> = names
-            .iter()
-            .map(|frames| frames.iter().map(String::as_str).collect())
-            .collect();
-        let spec: Vec<(&[&str], u64, u64, u64)> = refs
-            .iter()
-            .zip(&stacks)
-            .map(|(frames, (_, (peak, live, freed), _))| {
-                (frames.as_slice(), *peak, *live, *live + *freed)
-            })
-            .collect();
-        let mut p = process(&spec);
-        for (stack, (_, _, numpy)) in p.stacks.iter_mut().zip(&stacks) {
-            if *numpy {
-                stack.category = Category::Numpy;
-            }
-        }
+        let mut p = generated_process(&stacks);
         let expected = model(&p, share);
 
         prune_past(&mut p, 0, share);
