@@ -20,12 +20,13 @@ for component in fmt clippy; do
     fi
 done
 
-# The Python environment the Python tests run in (NumPy, pyarrow), made once.
-if ! .venv/bin/python -c 'import numpy, pytest, hypothesis, pyarrow' >/dev/null 2>&1; then
+# The Python environment the Python tests run in (NumPy, pyarrow; meson and ninja for the
+# C extension NumPy's handler tests build), made once.
+if ! .venv/bin/python -c 'import numpy, pytest, hypothesis, pyarrow, mesonbuild, ninja' >/dev/null 2>&1; then
     python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || install_packages python3-venv
     rm -rf .venv
     python3 -m venv .venv
-    .venv/bin/python -m pip install --quiet --disable-pip-version-check numpy pytest hypothesis pyarrow
+    .venv/bin/python -m pip install --quiet --disable-pip-version-check numpy pytest hypothesis pyarrow meson ninja
 fi
 
 export CARGO_TERM_COLOR=${CARGO_TERM_COLOR:-never}

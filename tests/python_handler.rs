@@ -1,9 +1,10 @@
-//! The Python end of `memwarden run`: NumPy's data-memory handler is memwarden's in every
-//! thread, and in a Python a shell starts, with nothing changed in the script or its
-//! environment; the user's own `sitecustomize` still runs (errors included, shown as Python
-//! shows them); `sys.path` is what it would be without memwarden; the sitecustomize never
-//! breaks a Python it cannot serve; and memwarden's Python files are compiled once, their
-//! bytecode kept for the next run.
+//! The Python end of `memwarden run`: NumPy's data-memory handler is memwarden's in the
+//! importing thread, and NumPy's default one (named as bare) sends every other thread's
+//! arrays through memwarden too, also in a Python a shell starts, with nothing changed in
+//! the script or its environment; the user's own `sitecustomize` still runs (errors
+//! included, shown as Python shows them); `sys.path` is what it would be without
+//! memwarden; the sitecustomize never breaks a Python it cannot serve; and memwarden's
+//! Python files are compiled once, their bytecode kept for the next run.
 
 mod common;
 
@@ -21,12 +22,22 @@ import numpy as np
 name = np._core.multiarray.get_handler_name
 print("main", name(np.ones(3)))
 seen = []
-thread = threading.Thread(target=lambda: seen.append(name(np.ones(3))))
+
+
+def in_thread():
+    seen.append(name(np.ones(123_457)))  # THREAD
+
+
+def in_pool():
+    return name(np.ones(54_321))  # POOL
+
+
+thread = threading.Thread(target=in_thread)
 thread.start()
 thread.join()
 print("thread", seen[0])
 with ThreadPoolExecutor(2) as pool:
-    print("pool", pool.submit(lambda: name(np.ones(3))).result())
+    print("pool", pool.submit(in_pool).result())
 print("path", json.dumps(sys.path))
 print("sitecustomize", getattr(sys.modules.get("sitecustomize"), "__file__", None))
 "#;
@@ -60,8 +71,17 @@ fn target_stderr(stderr: &str) -> &str {
     &stderr[..summary]
 }
 
+/// The NumPy data stacks of `script`'s `marker` line that made one array of `bytes`.
+fn arrays_at(run: &PyRun, script: &Script, marker: &str, bytes: u64) -> usize {
+    let process = run.report.main_process(script);
+    process
+        .numpy_stacks_at(script, script.line_of(marker))
+        .filter(|s| (s.allocations, s.allocated_bytes) == (1, bytes))
+        .count()
+}
+
 #[test]
-fn arrays_get_memwardens_handler_in_every_thread_and_the_users_sitecustomize_runs() {
+fn arrays_go_through_memwarden_in_every_thread_and_the_users_sitecustomize_runs() {
     let Some(python) = venv_python("numpy") else {
         return;
     };
@@ -87,9 +107,20 @@ fn arrays_get_memwardens_handler_in_every_thread_and_the_users_sitecustomize_run
         Some("user sitecustomize ran"),
         "{stdout}"
     );
-    for key in ["main", "thread", "pool"] {
-        assert_eq!(value(&stdout, key), ["memwarden"], "{key}:\n{stdout}");
+    // The importing thread has memwarden's handler; a new thread starts with NumPy's
+    // default one, named as bare (NumPy's own tests check that name), whose functions are
+    // memwarden's: its arrays are NumPy data in the report all the same.
+    assert_eq!(value(&stdout, "main"), ["memwarden"], "{stdout}");
+    for key in ["thread", "pool"] {
+        assert_eq!(
+            value(&stdout, key),
+            ["default_allocator"],
+            "{key}:\n{stdout}"
+        );
     }
+    let about = run.report.main_process(&script).describe(&script);
+    assert_eq!(arrays_at(&run, &script, "# THREAD", 987_656), 1, "{about}");
+    assert_eq!(arrays_at(&run, &script, "# POOL", 434_568), 1, "{about}");
     assert_eq!(
         value(&stdout, "sitecustomize"),
         [user_site.to_str().unwrap()],

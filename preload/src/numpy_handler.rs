@@ -5,8 +5,9 @@
 //!
 //! `memwarden run` installs it when NumPy is imported (its `sitecustomize` calls
 //! `memwarden_numpy_handler` and `PyDataMem_SetHandler`, then `memwarden_numpy_adopt` so
-//! that contexts that never set a handler — every new thread — use it too). The handler is
-//! a static: NumPy keeps a reference to it in every array, so it must never go away.
+//! that contexts that never set a handler — every new thread — allocate through memwarden's
+//! functions too, under NumPy's default handler's own name). The handler is a static: NumPy
+//! keeps a reference to it in every array, so it must never go away.
 
 use core::ffi::{c_int, c_void};
 
@@ -85,9 +86,12 @@ pub extern "C" fn memwarden_numpy_handler() -> *mut c_void {
     core::ptr::addr_of!(HANDLER.0).cast_mut().cast()
 }
 
-/// Makes NumPy's default handler (the one a context without a handler uses) memwarden's:
-/// copies memwarden's name and functions into it. 0 on success, -1 if `default_handler` is
-/// null or not a version-1 handler.
+/// Makes NumPy's default handler (the one a context without a handler uses) allocate
+/// through memwarden: copies memwarden's functions into it. Its name stays NumPy's
+/// (`default_allocator`): NumPy promises that name to a new thread and after
+/// `PyDataMem_SetHandler(NULL)`, and its own tests (`test_mem_policy.py`) check it, so a
+/// program sees the default handler it would see bare while memwarden sees its arrays.
+/// 0 on success, -1 if `default_handler` is null or not a version-1 handler.
 ///
 /// # Safety
 /// `default_handler` is the pointer inside NumPy's default `mem_handler` capsule (a
@@ -99,10 +103,10 @@ pub unsafe extern "C" fn memwarden_numpy_adopt(default_handler: *mut c_void) -> 
     if target.is_null() || unsafe { (*target).version } != HANDLER_VERSION {
         return -1;
     }
-    // SAFETY: as above; the struct is NumPy's writable static, written field by field.
+    // SAFETY: as above; the struct is NumPy's writable static, its functions written as one
+    // field.
     unsafe {
         (*target).allocator = HANDLER.0.allocator;
-        (*target).name = HANDLER.0.name;
     }
     0
 }

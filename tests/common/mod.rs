@@ -363,6 +363,8 @@ pub struct RunOptions<'a> {
     pub env: &'a [(&'a str, &'a str)],
     /// A file given to the command as standard input.
     pub stdin: Option<&'a Path>,
+    /// How long the run may take before it is killed (default [`WATCHDOG`]).
+    pub watchdog: Option<Duration>,
 }
 
 /// `memwarden run -o <fresh dir> -- argv...`; loads the report it wrote.
@@ -384,7 +386,8 @@ pub fn profile_with(scratch: &Scratch, argv: &[&str], opts: &RunOptions) -> Prof
     for (key, value) in opts.env {
         cmd.env(key, value);
     }
-    let outcome = run_watched(cmd, opts.stdin, WATCHDOG, scratch);
+    let watchdog = opts.watchdog.unwrap_or(WATCHDOG);
+    let outcome = run_watched(cmd, opts.stdin, watchdog, scratch);
     let report = Report::load(&dir.join("report.json")).unwrap_or_else(|e| {
         panic!(
             "memwarden run -- {argv:?} wrote no readable report ({e}); exit {:?}, stderr:\n{}",

@@ -84,8 +84,9 @@ def _install_if_loaded():
 
 
 def _install_handler(core):
-    """Makes memwarden's handler NumPy's: the current context's (PyDataMem_SetHandler),
-    and NumPy's default one, which every other context and thread starts with."""
+    """Makes memwarden's handler NumPy's in the current context (PyDataMem_SetHandler), and
+    gives memwarden's functions to NumPy's default one, which every other context and
+    thread starts with (it keeps its name, `default_allocator`, as NumPy promises)."""
     try:
         _install_handler_unguarded(core)
     except Exception as error:
