@@ -223,6 +223,23 @@ fn sums(p: &ProcessReport) -> Vec<(Category, [u64; 9])> {
 /// peak, live and freed, and whether it is NumPy data.
 type GeneratedStack = (Vec<u8>, (u64, u64, u64), bool);
 
+/// Up to `count` generated stacks, each of up to `levels` levels of three choices, each
+/// figure below `figure` (bytes freed at least 1).
+fn generated_stacks(
+    levels: usize,
+    figure: u64,
+    count: usize,
+) -> impl Strategy<Value = Vec<GeneratedStack>> {
+    prop::collection::vec(
+        (
+            prop::collection::vec(0u8..3, 1..levels),
+            (0u64..figure, 0u64..figure, 1u64..figure),
+            any::<bool>(),
+        ),
+        1..count,
+    )
+}
+
 /// The process of generated `stacks`: choice `c` at level `l` is frame `fl_c`.
 fn generated_process(stacks: &[GeneratedStack]) -> ProcessReport {
     let names: Vec<Vec<String>> = stacks
@@ -259,14 +276,7 @@ proptest! {
     /// marker, and the frame table holds each frame some list uses, once.
     #[test]
     fn pruning_keeps_every_sum_and_every_stack_that_matters(
-        stacks in prop::collection::vec(
-            (
-                prop::collection::vec(0u8..3, 1..6),
-                (0u64..50, 0u64..50, 1u64..50),
-                any::<bool>(),
-            ),
-            1..60,
-        ),
+        stacks in generated_stacks(6, 50, 60),
         share in 2u64..50,
     ) {
         let mut p = generated_process(&stacks);
@@ -392,14 +402,7 @@ proptest! {
     /// shares, where the model sorts every stack whole and steps one frame at a time.
     #[test]
     fn pruning_merges_as_a_walk_one_frame_at_a_time_does(
-        stacks in prop::collection::vec(
-            (
-                prop::collection::vec(0u8..3, 1..8),
-                (0u64..20, 0u64..20, 1u64..20),
-                any::<bool>(),
-            ),
-            1..80,
-        ),
+        stacks in generated_stacks(8, 20, 80),
         share in 2u64..60,
     ) {
         let mut p = generated_process(&stacks);
