@@ -60,6 +60,8 @@ mod profile_fd;
 mod profile_file;
 mod pushed;
 mod python_arenas;
+mod python_code_cache;
+mod python_code_deaths;
 mod python_code_names;
 mod python_codes;
 mod python_layout;

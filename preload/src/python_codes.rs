@@ -24,6 +24,8 @@ const SLOT_BITS: u32 = 17;
 const SLOTS: usize = 1 << SLOT_BITS;
 /// The table takes no more codes past this load, so probes stay short.
 const MAX_CODES: u64 = (SLOTS as u64) * 3 / 4;
+/// A dead code object's slot: an address no object has.
+const DEAD_CODE: u64 = 1;
 /// Longest name copied (longer ones are cut at a character boundary).
 const MAX_NAME_BYTES: usize = 4096;
 /// Longest line table copied (longer ones are dropped: the frame shows its first line).
@@ -86,15 +88,19 @@ impl CodeTable {
         unsafe { &*self.slots.add(index & (SLOTS - 1)) }
     }
 
-    /// The record index of code object `code`, writing its record first if it is new;
-    /// `None` when the table or the file is full.
+    /// The record index of code object `code`, whose [`check_of`] is `check`, writing its
+    /// record first if it is new; `None` when the table or the file is full.
     ///
     /// # Safety
     /// `code` is a live `PyCodeObject` of the layout `l` (a frame of the calling thread
-    /// holds it).
-    pub unsafe fn index_of(&self, file: &ProfileFile, l: &PyLayout, code: u64) -> Option<u32> {
-        // SAFETY: the caller's contract.
-        let check = unsafe { check_of(l, code) };
+    /// holds it), and `check` is `check_of(l, code)`.
+    pub unsafe fn index_of(
+        &self,
+        file: &ProfileFile,
+        l: &PyLayout,
+        code: u64,
+        check: u64,
+    ) -> Option<u32> {
         if let Some(index) = self.find(code, check) {
             return Some(index);
         }
@@ -118,6 +124,22 @@ impl CodeTable {
                 return Some(index);
             }
             at += 1;
+        }
+    }
+
+    /// Code object `code` has died (`python_code_deaths`): its slot is left matching no
+    /// address, so a code object made later at its address gets a record of its own.
+    /// Without the lock: a live code object's slot is written only while a frame holds it,
+    /// so never while it is dying, and probes skip the dead slot as any other.
+    pub fn mark_dead(&self, code: u64) {
+        let start = start_of(code);
+        for at in start..start + SLOTS {
+            let slot = self.slot(at);
+            match slot.code.load(Ordering::Acquire) {
+                0 => return,
+                found if found == code => slot.code.store(DEAD_CODE, Ordering::Release),
+                _ => {}
+            }
         }
     }
 
@@ -152,7 +174,11 @@ fn start_of(code: u64) -> usize {
 
 /// Identifies the source behind a code object address: the objects it owns cannot be
 /// freed while it lives, so a new code object at the same address almost surely differs.
-unsafe fn check_of(l: &PyLayout, code: u64) -> u64 {
+///
+/// # Safety
+/// `code` is a live `PyCodeObject` of the layout `l`.
+#[inline]
+pub unsafe fn check_of(l: &PyLayout, code: u64) -> u64 {
     // SAFETY: fields of a live code object (the caller's contract).
     let (filename, name, table, first_line) = unsafe {
         (

@@ -97,6 +97,8 @@ pub fn detect(modules: &[LoadedModule]) -> Detection {
         },
     });
     RUNTIME.store(Box::into_raw(found), Ordering::Release);
+    // After the runtime is published, whose code table a death marks; before Python runs.
+    crate::python_code_deaths::install(code_type);
     Detection::Found(version_hex)
 }
 

@@ -21,6 +21,8 @@ use memwarden_abi::python::{self, python_frame};
 use memwarden_abi::MAX_DEPTH_LIMIT;
 
 use crate::pushed::Pushed;
+use crate::python_code_cache::CodeCache;
+use crate::python_code_deaths;
 use crate::python_codes::read_u64;
 use crate::python_layout::{
     CurrentFrame, EntryMark, OBJECT_TYPE, OWNED_BY_CSTACK, OWNED_BY_GENERATOR,
@@ -30,7 +32,7 @@ use crate::python_runtime::{self, PythonRuntime};
 use crate::python_stack_memo::MergeInputs;
 use crate::recorder::Recorder;
 use crate::thread_state::Guard;
-use crate::thread_unwinder::with_merged_memo;
+use crate::thread_unwinder::{with_code_cache, with_merged_memo};
 
 const MAX_DEPTH: usize = MAX_DEPTH_LIMIT as usize;
 /// Frames followed at most along one chain (a bound should the chain ever be corrupt).
@@ -90,8 +92,10 @@ pub fn with_python_frames(
     let runtime = python_runtime::runtime();
     let mut python = PythonFrames::new();
     if let Some(runtime) = runtime {
-        // SAFETY: the calling thread reads its own thread state.
-        unsafe { read_frames(runtime, recorder, &mut python) };
+        with_code_cache(guard, |codes| {
+            // SAFETY: the calling thread reads its own thread state.
+            unsafe { read_frames(runtime, recorder, codes, &mut python) }
+        });
     }
     if python.count() == 0 {
         if let Some(creator) = guard.thread_creator() {
@@ -228,12 +232,19 @@ fn started_by(recorder: &Recorder, native: u32, marker: Option<u64>, creator: u3
 /// # Safety
 /// Called by the thread whose frames are read, inside a hook: its frames cannot change
 /// while it is here, and each frame keeps its code object alive.
-unsafe fn read_frames(runtime: &PythonRuntime, recorder: &Recorder, out: &mut PythonFrames) {
+unsafe fn read_frames(
+    runtime: &PythonRuntime,
+    recorder: &Recorder,
+    codes: &mut CodeCache,
+    out: &mut PythonFrames,
+) {
     let l = runtime.layout;
     let thread_state = runtime.this_thread_state() as u64;
     if thread_state == 0 {
         return;
     }
+    // Read before any frame: a code object dying after it cannot be one these frames hold.
+    let deaths = python_code_deaths::tracked().then(python_code_deaths::epoch);
     // SAFETY: fields of this thread's live thread state and of its current C frame.
     let mut frame = unsafe {
         match l.current_frame {
@@ -250,7 +261,15 @@ unsafe fn read_frames(runtime: &PythonRuntime, recorder: &Recorder, out: &mut Py
             CurrentFrame::Direct { current_frame } => read_u64(thread_state + current_frame as u64),
             CurrentFrame::FrameObjects { frame, lasti_scale } => {
                 let first = read_u64(thread_state + frame as u64);
-                return read_frame_objects(runtime, recorder, first, lasti_scale, out);
+                return read_frame_objects(
+                    runtime,
+                    recorder,
+                    codes,
+                    deaths,
+                    first,
+                    lasti_scale,
+                    out,
+                );
             }
         }
     };
@@ -272,10 +291,11 @@ unsafe fn read_frames(runtime: &PythonRuntime, recorder: &Recorder, out: &mut Py
             frame = previous;
             continue;
         }
-        // SAFETY: a code object's type word, read only after the null check.
-        if code != 0 && unsafe { read_u64(code + OBJECT_TYPE as u64) } == runtime.code_type {
-            // SAFETY: `code` is a live code object (its type was just checked).
-            if let Some(word) = unsafe { frame_word(runtime, recorder, code, owner, instruction) } {
+        if code != 0 {
+            // SAFETY: `code` is the live frame's code pointer.
+            let word =
+                unsafe { frame_word(runtime, recorder, codes, deaths, code, owner, instruction) };
+            if let Some(word) = word {
                 out.push(word);
             }
         }
@@ -306,6 +326,8 @@ unsafe fn read_frames(runtime: &PythonRuntime, recorder: &Recorder, out: &mut Py
 unsafe fn read_frame_objects(
     runtime: &PythonRuntime,
     recorder: &Recorder,
+    codes: &mut CodeCache,
+    deaths: Option<u64>,
     mut frame: u64,
     lasti_scale: u64,
     out: &mut PythonFrames,
@@ -328,7 +350,8 @@ unsafe fn read_frame_objects(
             // SAFETY: `code` is live (the frame holds it) and of this layout.
             let line = unsafe { runtime.line_of(code, byte_offset) };
             // SAFETY: as above.
-            let index = unsafe { runtime.codes.index_of(&recorder.file, l, code) };
+            let index =
+                unsafe { codes.index_of(&runtime.codes, &recorder.file, l, code, deaths, 0) };
             if let (Some(line), Some(index)) = (line, index) {
                 out.push(python_frame(index, line, true));
             }
@@ -339,22 +362,35 @@ unsafe fn read_frame_objects(
 }
 
 /// The frame word of a frame running `code`, or `None` for a frame that has not started
-/// (CPython's "incomplete" frames: arguments still being set up).
+/// (CPython's "incomplete" frames: arguments still being set up) or whose code pointer is
+/// not a code object's.
 ///
 /// # Safety
-/// `code` is a live code object of the runtime's layout.
+/// `code` is the non-null code pointer of a live frame of the calling thread.
 unsafe fn frame_word(
     runtime: &PythonRuntime,
     recorder: &Recorder,
+    codes: &mut CodeCache,
+    deaths: Option<u64>,
     code: u64,
     owner: u8,
     instruction: u64,
 ) -> Option<u64> {
     let l = runtime.layout;
+    // A code object this thread met at this deaths epoch is still there, the same one.
+    let known = deaths.and_then(|epoch| codes.known(code, epoch));
+    let first_traceable = match known {
+        Some(known) => known.first_traceable,
+        None => {
+            // SAFETY: the object header of what the live frame points to.
+            if unsafe { read_u64(code + OBJECT_TYPE as u64) } != runtime.code_type {
+                return None;
+            }
+            // SAFETY: an int field of the live code object (its type was just checked).
+            unsafe { ((code + l.code_first_traceable as u64) as *const i32).read_unaligned() }
+        }
+    };
     let units = code + l.code_units as u64;
-    // SAFETY: an int field of the live code object.
-    let first_traceable =
-        unsafe { ((code + l.code_first_traceable as u64) as *const i32).read_unaligned() };
     let first = units.saturating_add(2 * u64::from(first_traceable.max(0) as u32));
     if owner != OWNED_BY_GENERATOR && instruction < first {
         return None;
@@ -363,8 +399,20 @@ unsafe fn frame_word(
         return None;
     }
     let offset = ((instruction - units) / 2).min(u64::from(u32::MAX)) as u32;
-    // SAFETY: the caller's contract.
-    let index = unsafe { runtime.codes.index_of(&recorder.file, l, code) }?;
+    let index = match known {
+        Some(known) => known.index,
+        // SAFETY: `code` is a live code object of this layout (its type was checked).
+        None => unsafe {
+            codes.index_of(
+                &runtime.codes,
+                &recorder.file,
+                l,
+                code,
+                deaths,
+                first_traceable,
+            )
+        }?,
+    };
     Some(python_frame(index, offset, false))
 }
 

@@ -1,9 +1,11 @@
 //! Interposed call → stack: each thread's unwinding state — the rule caches, the native
-//! stack memo, the previous walk and the memo of merged Python stacks — made on the
+//! stack memo, the previous walk, the memo of merged Python stacks and the cache of code
+//! records — made on the
 //! thread's first stack and freed when it exits.
 
 use core::sync::atomic::{AtomicU64, Ordering};
 
+use crate::python_code_cache::CodeCache;
 use crate::python_stack_memo::MergedMemo;
 use crate::rule_caches::RuleCaches;
 use crate::stack_memo::StackMemo;
@@ -17,6 +19,8 @@ pub struct ThreadUnwinder {
     pub memo: Box<StackMemo>,
     /// Made on the thread's first Python stack: 96 KiB other threads never need.
     merged: Option<Box<MergedMemo>>,
+    /// Made on the thread's first Python stack, as `merged`.
+    codes: Option<Box<CodeCache>>,
     pub previous: Box<Walk>,
     pub current: Box<Walk>,
 }
@@ -53,6 +57,7 @@ pub fn thread_unwinder(guard: &Guard) -> *mut ThreadUnwinder {
                 rules: RuleCaches::new(),
                 memo: StackMemo::boxed(),
                 merged: None,
+                codes: None,
                 previous: Walk::boxed(),
                 current: Walk::boxed(),
             }));
@@ -72,4 +77,12 @@ pub fn with_merged_memo<R>(guard: &Guard, use_memo: impl FnOnce(&mut MergedMemo)
     // the thread holding the guard uses it, and `use_memo` cannot reach it another way.
     let merged = unsafe { &mut (*thread_unwinder(guard)).merged };
     use_memo(merged.get_or_insert_with(MergedMemo::boxed))
+}
+
+/// Runs `use_cache` on this thread's cache of code records.
+pub fn with_code_cache<R>(guard: &Guard, use_cache: impl FnOnce(&mut CodeCache) -> R) -> R {
+    // SAFETY: as `with_merged_memo`: this thread's own state, used only by the thread
+    // holding the guard.
+    let codes = unsafe { &mut (*thread_unwinder(guard)).codes };
+    use_cache(codes.get_or_insert_with(CodeCache::boxed))
 }
