@@ -3,10 +3,12 @@
 //! and blob area, so the report needs neither the process nor Python to name the frame;
 //! after that, finding its index is one lock-free probe.
 //!
-//! A code object is known by its address plus a check of the objects it owns (file name,
-//! name, line table) and its first line: an address reused by a new code object for other
-//! source gets a new record. Table slots are written once, under a lock, and published by
-//! their `code` word last, so readers never lock.
+//! A code object is known by its address: when it dies (`python_code_deaths`), its slot is
+//! marked dead, so a new code object at the same address gets a new record. Where deaths
+//! cannot be seen, a check of the objects it owns (file name, name, line table) and its
+//! first line stands in, which a code object made where one died with all of those reused
+//! cannot tell apart. Table slots are written once, under a lock, and published by their
+//! `code` word last, so readers never lock.
 
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
@@ -172,8 +174,9 @@ fn start_of(code: u64) -> usize {
     ((code >> 4).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - SLOT_BITS)) as usize
 }
 
-/// Identifies the source behind a code object address: the objects it owns cannot be
-/// freed while it lives, so a new code object at the same address almost surely differs.
+/// Identifies the source behind a code object address where code deaths are not seen: the
+/// objects it owns cannot be freed while it lives, so a new code object at the same address
+/// usually differs (not when all of them were freed with the old one and reused).
 ///
 /// # Safety
 /// `code` is a live `PyCodeObject` of the layout `l`.

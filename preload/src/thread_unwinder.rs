@@ -1,7 +1,6 @@
 //! Interposed call → stack: each thread's unwinding state — the rule caches, the native
 //! stack memo, the previous walk, the memo of merged Python stacks and the cache of code
-//! records — made on the
-//! thread's first stack and freed when it exits.
+//! records — made on the thread's first stack and freed when it exits.
 
 use core::sync::atomic::{AtomicU64, Ordering};
 
