@@ -64,6 +64,7 @@ mod python_code_cache;
 mod python_code_deaths;
 mod python_code_names;
 mod python_codes;
+mod python_frame_word;
 mod python_layout;
 mod python_native_cut;
 mod python_runtime;

@@ -10,6 +10,8 @@
 //! of the objects the code owns ([`check_of`]), compared on every use as the shared table
 //! compares it.
 
+use memwarden_abi::python::python_frame;
+
 use crate::profile_file::ProfileFile;
 use crate::python_codes::{check_of, CodeTable};
 use crate::python_layout::PyLayout;
@@ -23,16 +25,39 @@ struct Entry {
     code: u64,
     /// The deaths epoch it was made at, or the code's identity check (see the module).
     tag: u64,
+    /// The frame word of the code's first instruction: a frame's word is this with its
+    /// instruction offset put in.
+    word: u64,
+    /// Bytes from the code's first instruction to its first traceable one (3.11 on; 0
+    /// before), kept for hits.
+    first_traceable_bytes: u32,
     index: u32,
-    /// The code's `_co_firsttraceable` (3.11 on; 0 before), kept for hits.
-    first_traceable: i32,
 }
 
 /// What a hit knows of a code object without reading it.
 #[derive(Clone, Copy)]
 pub struct Known {
-    pub index: u32,
-    pub first_traceable: i32,
+    /// The frame word at instruction offset 0 (see [`Known::word_at`]).
+    pub word: u64,
+    /// Bytes before the first traceable instruction, as `Entry::first_traceable_bytes`.
+    pub first_traceable_bytes: u64,
+}
+
+impl Known {
+    /// What is known of the code object whose record is `index` and whose
+    /// `_co_firsttraceable` is `first_traceable`.
+    pub fn new(index: u32, first_traceable: i32) -> Known {
+        Known {
+            word: python_frame(index, 0, false),
+            first_traceable_bytes: u64::from(first_traceable.max(0) as u32) * 2,
+        }
+    }
+
+    /// The frame word of instruction `offset` (in code units) of this code.
+    #[inline(always)]
+    pub fn word_at(&self, offset: u32) -> u64 {
+        self.word | u64::from(offset)
+    }
 }
 
 /// The code records this thread found lately.
@@ -52,19 +77,20 @@ impl CodeCache {
     /// What this thread found of the code object at `code` at deaths epoch `epoch`: while no
     /// code object has died since, a code object is still there and it is the same one, so
     /// the caller need not read it at all (not even its type).
-    #[inline]
+    #[inline(always)]
     pub fn known(&self, code: u64, epoch: u64) -> Option<Known> {
         let entry = &self.entries[slot_of(code)];
         (entry.code == code && entry.tag == epoch).then_some(Known {
-            index: entry.index,
-            first_traceable: entry.first_traceable,
+            word: entry.word,
+            first_traceable_bytes: u64::from(entry.first_traceable_bytes),
         })
     }
 
     /// The record index of code object `code`, from this cache or else from `table` (which
     /// writes the record first if the code is new); `None` when the table or file is full.
     /// `deaths` is the deaths epoch read before this thread's frames were, if deaths are
-    /// seen; `first_traceable` is the code's, kept for [`CodeCache::known`].
+    /// seen; `first_traceable` is the code's `_co_firsttraceable`, kept for
+    /// [`CodeCache::known`].
     ///
     /// # Safety
     /// As [`CodeTable::index_of`]: `code` is a live `PyCodeObject` of the layout `l`.
@@ -94,11 +120,13 @@ impl CodeCache {
         }
         // SAFETY: the caller's contract.
         let index = unsafe { table.index_of(file, l, code, check) }?;
+        let known = Known::new(index, first_traceable);
         *entry = Entry {
             code,
             tag,
+            word: known.word,
+            first_traceable_bytes: known.first_traceable_bytes.min(u64::from(u32::MAX)) as u32,
             index,
-            first_traceable,
         };
         Some(index)
     }

@@ -24,9 +24,8 @@ use crate::pushed::Pushed;
 use crate::python_code_cache::CodeCache;
 use crate::python_code_deaths;
 use crate::python_codes::read_u64;
-use crate::python_layout::{
-    CurrentFrame, EntryMark, OBJECT_TYPE, OWNED_BY_CSTACK, OWNED_BY_GENERATOR,
-};
+use crate::python_frame_word::{frame_word, ChainOffsets, NO_ENTRY_FLAG};
+use crate::python_layout::{CurrentFrame, OBJECT_TYPE, OWNED_BY_CSTACK};
 use crate::python_native_cut::{KEEP_INNER, KEEP_OUTER};
 use crate::python_runtime::{self, PythonRuntime};
 use crate::python_stack_memo::MergeInputs;
@@ -273,6 +272,7 @@ unsafe fn read_frames(
             }
         }
     };
+    let at = ChainOffsets::of(l);
     let mut followed = 0;
     while frame != 0 && followed < MAX_CHAIN {
         followed += 1;
@@ -280,30 +280,39 @@ unsafe fn read_frames(
         // current frame), so its fields are readable.
         let (owner, code, instruction, previous) = unsafe {
             (
-                *((frame + l.frame_owner as u64) as *const u8),
-                read_u64(frame + l.frame_code as u64),
-                read_u64(frame + l.frame_instruction as u64),
-                read_u64(frame + l.frame_previous as u64),
+                *((frame + at.owner) as *const u8),
+                read_u64(frame + at.code),
+                read_u64(frame + at.instruction),
+                read_u64(frame + at.previous),
             )
         };
-        if l.entry == EntryMark::CStackOwner && owner == OWNED_BY_CSTACK {
+        if at.shim_frames && owner == OWNED_BY_CSTACK {
             out.end_group();
             frame = previous;
             continue;
         }
         if code != 0 {
             // SAFETY: `code` is the live frame's code pointer.
-            let word =
-                unsafe { frame_word(runtime, recorder, codes, deaths, code, owner, instruction) };
+            let word = unsafe {
+                frame_word(
+                    runtime,
+                    recorder,
+                    codes,
+                    &at,
+                    deaths,
+                    code,
+                    owner,
+                    instruction,
+                )
+            };
             if let Some(word) = word {
                 out.push(word);
             }
         }
-        if let EntryMark::IsEntryFlag(offset) = l.entry {
-            // SAFETY: a bool field of the live frame.
-            if unsafe { *((frame + offset as u64) as *const u8) } != 0 {
-                out.end_group();
-            }
+        // SAFETY: a bool field of the live frame.
+        if at.entry_flag != NO_ENTRY_FLAG && unsafe { *((frame + at.entry_flag) as *const u8) } != 0
+        {
+            out.end_group();
         }
         frame = previous;
     }
@@ -359,61 +368,6 @@ unsafe fn read_frame_objects(
         out.end_group();
         frame = back;
     }
-}
-
-/// The frame word of a frame running `code`, or `None` for a frame that has not started
-/// (CPython's "incomplete" frames: arguments still being set up) or whose code pointer is
-/// not a code object's.
-///
-/// # Safety
-/// `code` is the non-null code pointer of a live frame of the calling thread.
-unsafe fn frame_word(
-    runtime: &PythonRuntime,
-    recorder: &Recorder,
-    codes: &mut CodeCache,
-    deaths: Option<u64>,
-    code: u64,
-    owner: u8,
-    instruction: u64,
-) -> Option<u64> {
-    let l = runtime.layout;
-    // A code object this thread met at this deaths epoch is still there, the same one.
-    let known = deaths.and_then(|epoch| codes.known(code, epoch));
-    let first_traceable = match known {
-        Some(known) => known.first_traceable,
-        None => {
-            // SAFETY: the object header of what the live frame points to.
-            if unsafe { read_u64(code + OBJECT_TYPE as u64) } != runtime.code_type {
-                return None;
-            }
-            // SAFETY: an int field of the live code object (its type was just checked).
-            unsafe { ((code + l.code_first_traceable as u64) as *const i32).read_unaligned() }
-        }
-    };
-    let units = code + l.code_units as u64;
-    let first = units.saturating_add(2 * u64::from(first_traceable.max(0) as u32));
-    if owner != OWNED_BY_GENERATOR && instruction < first {
-        return None;
-    }
-    if instruction < units {
-        return None;
-    }
-    let offset = ((instruction - units) / 2).min(u64::from(u32::MAX)) as u32;
-    let index = match known {
-        Some(known) => known.index,
-        // SAFETY: `code` is a live code object of this layout (its type was checked).
-        None => unsafe {
-            codes.index_of(
-                &runtime.codes,
-                &recorder.file,
-                l,
-                code,
-                deaths,
-                first_traceable,
-            )
-        }?,
-    };
-    Some(python_frame(index, offset, false))
 }
 
 #[cfg(test)]

@@ -106,7 +106,7 @@ fn keys_of_one_set(count: usize) -> Vec<MemoKey> {
             ip: key().ip + n,
             ..key()
         })
-        .filter(|k| set_index(k) == set_index(&key()))
+        .filter(|k| Place::of(k).set == Place::of(&key()).set)
         .take(count)
         .collect()
 }
@@ -220,4 +220,93 @@ fn walks_too_deep_to_remember_are_not_stored() {
         memo.lookup(&key(), &|a: u64| Ok((a - 0x7ff0_0000) / 8)),
         Lookup::Miss
     );
+}
+
+/// A made-up stack of `words` from `base`, read as the unwinder reads the thread's own
+/// stack: a span that lies inside it is read with no check per word.
+struct Span {
+    base: u64,
+    words: Vec<u64>,
+}
+
+impl StackWords for Span {
+    fn read(&self, address: u64) -> Result<u64, ()> {
+        if self.all_read(address, address) {
+            // SAFETY: just checked.
+            Ok(unsafe { self.read_unchecked(address) })
+        } else {
+            Err(())
+        }
+    }
+
+    fn all_read(&self, lowest: u64, highest: u64) -> bool {
+        let end = self.base + 8 * self.words.len() as u64;
+        lowest >= self.base && highest + 8 <= end && (lowest | highest).is_multiple_of(8)
+    }
+
+    unsafe fn read_unchecked(&self, address: u64) -> u64 {
+        self.words[((address - self.base) / 8) as usize]
+    }
+}
+
+#[test]
+fn a_span_read_whole_answers_as_word_by_word_reads_do() {
+    let base = 0x7ff0_0000;
+    let recorded: Vec<u64> = (0..6).map(|i| 0x40_1000 + i).collect();
+    let mut reads = RecordedReads::default();
+    for (i, &value) in recorded.iter().enumerate() {
+        let address = base + 8 * i as u64;
+        // Words 1 and 4 are return addresses.
+        if i % 3 == 1 {
+            reads.push_return(address, Ok(value));
+        } else {
+            reads.push(address, Ok(value));
+        }
+    }
+    for changed in 0u32..64 {
+        let words: Vec<u64> = recorded
+            .iter()
+            .enumerate()
+            .map(|(i, &v)| if changed & (1 << i) != 0 { v ^ 0xff } else { v })
+            .collect();
+        let span = Span { base, words };
+        let word_by_word = |address: u64| span.read(address);
+        let mut memo = StackMemo::boxed();
+        memo.store(key(), &reads, 5, Proof::Untried);
+        let whole = memo.lookup(&key(), &span);
+        let mut memo = StackMemo::boxed();
+        memo.store(key(), &reads, 5, Proof::Untried);
+        assert_eq!(
+            whole,
+            memo.lookup(&key(), &word_by_word),
+            "changed {changed:06b}"
+        );
+        let expected = match changed {
+            0 => Lookup::Hit(5),
+            _ if changed & 0b01_0010 != 0 => Lookup::Miss,
+            _ => Lookup::WordsChanged,
+        };
+        assert_eq!(whole, expected, "changed {changed:06b}");
+    }
+}
+
+#[test]
+fn a_span_reaching_past_the_stack_reads_word_by_word() {
+    let base = 0x7ff0_0000;
+    let mut reads = RecordedReads::default();
+    reads.push(base, Ok(1));
+    reads.push(base + 16, Ok(3));
+    let mut memo = StackMemo::boxed();
+    memo.store(key(), &reads, 4, Proof::Untried);
+    // The stack now ends before the second word: it cannot be read, so it has changed.
+    let short = Span {
+        base,
+        words: vec![1, 2],
+    };
+    assert_eq!(memo.lookup(&key(), &short), Lookup::WordsChanged);
+    let whole = Span {
+        base,
+        words: vec![1, 2, 3],
+    };
+    assert_eq!(memo.lookup(&key(), &whole), Lookup::Hit(4));
 }

@@ -51,6 +51,7 @@ impl Guard {
     }
 
     /// The thread's unwind-cache slot (a pointer, 0 until the cache is made).
+    #[inline(always)]
     pub fn unwind_cache_slot(&self) -> *mut u64 {
         self.slot(SLOT_UNWIND_CACHE)
     }

@@ -47,27 +47,36 @@ unsafe extern "C" fn drop_thread_unwinder(state: *mut libc::c_void) {
 
 /// This thread's unwinding state (made on first use). The pointer is only used by the
 /// thread holding the guard, so there is never a second reference to it.
+#[inline(always)]
 pub fn thread_unwinder(guard: &Guard) -> *mut ThreadUnwinder {
     let slot = guard.unwind_cache_slot();
     // SAFETY: the slot is this thread's; it holds 0 or a pointer made by Box::into_raw here.
-    unsafe {
-        if *slot == 0 {
-            let state = Box::into_raw(Box::new(ThreadUnwinder {
-                rules: RuleCaches::new(),
-                memo: StackMemo::boxed(),
-                merged: None,
-                codes: None,
-                previous: Walk::boxed(),
-                current: Walk::boxed(),
-            }));
-            *slot = state as u64;
-            let key = THREAD_EXIT_KEY.load(Ordering::Acquire);
-            if key != u64::MAX {
-                libc::pthread_setspecific(key as libc::pthread_key_t, state.cast());
-            }
-        }
-        *slot as *mut ThreadUnwinder
+    match unsafe { *slot } {
+        0 => first_thread_unwinder(slot),
+        made => made as *mut ThreadUnwinder,
     }
+}
+
+/// Makes this thread's unwinding state and keeps it in its `slot`.
+#[cold]
+#[inline(never)]
+fn first_thread_unwinder(slot: *mut u64) -> *mut ThreadUnwinder {
+    let state = Box::into_raw(Box::new(ThreadUnwinder {
+        rules: RuleCaches::new(),
+        memo: StackMemo::boxed(),
+        merged: None,
+        codes: None,
+        previous: Walk::boxed(),
+        current: Walk::boxed(),
+    }));
+    // SAFETY: the calling thread's own slot (see `thread_unwinder`).
+    unsafe { *slot = state as u64 };
+    let key = THREAD_EXIT_KEY.load(Ordering::Acquire);
+    if key != u64::MAX {
+        // SAFETY: a key made by `install_thread_exit_hook`; the value is this thread's.
+        unsafe { libc::pthread_setspecific(key as libc::pthread_key_t, state.cast()) };
+    }
+    state
 }
 
 /// Runs `use_memo` on this thread's memo of merged Python stacks.

@@ -9,7 +9,7 @@ use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64};
 use framehop::{FrameAddress, Unwinder};
 
 use crate::rule_caches::RuleCaches;
-use crate::stack_memo::{Lookup, MemoKey, Proof, RecordedReads};
+use crate::stack_memo::{Lookup, MemoKey, Proof, RecordedReads, StackWords};
 use crate::stack_prefix::{Level, Walk};
 use crate::thread_unwinder::{thread_unwinder, ThreadUnwinder};
 
@@ -115,25 +115,29 @@ fn walk_frames(
     intern: &dyn Fn(&[u64]) -> u32,
     strict: bool,
 ) -> u32 {
-    let read_stack = stack_reader(caller.sp, guard.stack_top(caller.sp));
+    let bounds = StackBounds {
+        low: caller.sp,
+        top: guard.stack_top(caller.sp),
+    };
+    let read_stack = move |address: u64| bounds.read(address);
     // SAFETY: this thread's state; the guard proves no other frame of this thread uses it
     // (hooks do not nest).
     let state = unsafe { &mut *thread_unwinder(guard) };
-    let regs = UnwindRegsX86_64::new(caller.return_address, caller.sp, caller.bp);
     let Some(address) = FrameAddress::from_return_address(caller.return_address) else {
         return intern(&[]);
     };
     let key = MemoKey {
         snapshot: snapshot as *const Snapshot as u64,
         ip: address.address(),
-        sp: regs.sp(),
-        bp: regs.bp(),
+        sp: caller.sp,
+        bp: caller.bp,
     };
-    let worth_proving = match state.memo.lookup(&key, &read_stack) {
+    let worth_proving = match state.memo.lookup(&key, &bounds) {
         Lookup::Hit(stack) => return stack,
         Lookup::Miss => false,
         Lookup::OnlyBpDiffers | Lookup::WordsChanged => true,
     };
+    let regs = UnwindRegsX86_64::new(caller.return_address, caller.sp, caller.bp);
     unwind_fully(
         snapshot,
         state,
@@ -350,17 +354,44 @@ fn step(
     FrameAddress::from_return_address(return_address)
 }
 
-/// Reads stack words between `low` and the top of this thread's stack, and nothing else.
-fn stack_reader(low: u64, top: u64) -> impl Fn(u64) -> Result<u64, ()> + Copy {
-    move |address: u64| {
-        if address >= low && address.saturating_add(8) <= top && address.is_multiple_of(8) {
-            // SAFETY: the word lies between a stack pointer of this thread and the top of its
-            // stack, which is mapped and readable.
-            Ok(unsafe { *(address as *const u64) })
+/// The part of this thread's stack that may be read: from a stack pointer of the thread
+/// to the top of its stack, which is mapped and readable.
+#[derive(Clone, Copy)]
+struct StackBounds {
+    low: u64,
+    top: u64,
+}
+
+impl StackWords for StackBounds {
+    #[inline(always)]
+    fn read(&self, address: u64) -> Result<u64, ()> {
+        if self.all_read(address, address) {
+            // SAFETY: an aligned word between `low` and `top` (just checked).
+            Ok(unsafe { self.read_unchecked(address) })
         } else {
             Err(())
         }
     }
+
+    #[inline(always)]
+    fn all_read(&self, lowest: u64, highest: u64) -> bool {
+        lowest >= self.low
+            && highest.saturating_add(8) <= self.top
+            && lowest.is_multiple_of(8)
+            && highest.is_multiple_of(8)
+    }
+
+    #[inline(always)]
+    unsafe fn read_unchecked(&self, address: u64) -> u64 {
+        // SAFETY: the caller's contract: the word lies between `low` and `top`.
+        unsafe { *(address as *const u64) }
+    }
+}
+
+/// Reads stack words between `low` and the top of this thread's stack, and nothing else.
+fn stack_reader(low: u64, top: u64) -> impl Fn(u64) -> Result<u64, ()> + Copy {
+    let bounds = StackBounds { low, top };
+    move |address: u64| bounds.read(address)
 }
 
 /// Walks from a register state: each frame address is given to `visit` until it returns
