@@ -286,7 +286,14 @@ pub fn release(caller: Caller, block: *mut c_void, family: Family, claimed: Opti
         return;
     }
     // SAFETY: `block` is non-null and came from the malloc family (C contract of free).
-    match unsafe { block_header::read(block) } {
+    release_unguarded(block, unsafe { block_header::read(block) });
+}
+
+/// The end of `release` with no guard in force, for a caller that has read the block's
+/// header already (`tracked`, `None` for a block memwarden does not track).
+#[inline(always)]
+pub fn release_unguarded(block: *mut c_void, tracked: Option<Tracked>) {
+    match tracked {
         Some(tracked) => {
             charge_release(&tracked);
             // SAFETY: a tracked block; its header is erased, then its glibc block freed.

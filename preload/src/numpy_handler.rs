@@ -15,10 +15,11 @@ use memwarden_abi::python::NUMPY_DATA;
 use memwarden_abi::{error_kind, failed_function};
 
 use crate::block_header;
+use crate::block_header::Tracked;
 use crate::export_with_caller;
 use crate::guard::{self, Family};
 use crate::heap_errors::{self, HeapError};
-use crate::hooks::{allocate, reallocate, release, Source};
+use crate::hooks::{allocate, reallocate, release, release_unguarded, Source};
 use crate::hooks_exports::{array_size, caller};
 use crate::lifecycle;
 use crate::page_guard;
@@ -221,27 +222,40 @@ extern "C" fn numpy_free_body(
     }
     let errno = real::SavedErrno::save();
     let caller = caller(entry_sp, bp);
-    let guarded = page_guard::page_guard().is_some_and(|g| g.usable_size(block).is_some())
-        || guard::header_guard().is_some();
-    if !guarded {
-        check_size(caller, block, size as u64);
+    let page_guard = page_guard::page_guard();
+    if page_guard.is_none() && guard::header_guard().is_none() {
+        // SAFETY: `block` came from this handler (NumPy's contract), i.e. from the malloc
+        // family: the 16 bytes before it are readable. The header is read once, for the
+        // size check and the release.
+        let tracked = unsafe { block_header::read(block) };
+        check_size(caller, block, tracked.as_ref(), size as u64);
+        release_unguarded(block, tracked);
+    } else {
+        // A guard checks the size of a block it keeps itself.
+        if page_guard.is_none_or(|g| g.usable_size(block).is_none())
+            && guard::header_guard().is_none()
+        {
+            // SAFETY: as above; no page guard owns the block.
+            let tracked = unsafe { block_header::read(block) };
+            check_size(caller, block, tracked.as_ref(), size as u64);
+        }
+        release(caller, block, Family::Malloc, Some(size as u64));
     }
-    // Guards check the size themselves.
-    release(caller, block, Family::Malloc, Some(size as u64));
     errno.restore();
 }
 
-/// Without a guard: compares the size NumPy gives back with the block's and reports a
-/// difference with both stacks.
-fn check_size(caller: Caller, block: *mut c_void, claimed: u64) {
-    // SAFETY: `block` came from this handler (NumPy's contract), i.e. from the malloc
-    // family, and no page guard owns it: the 16 bytes before it are readable.
-    let Some(tracked) = (unsafe { block_header::read(block) }) else {
-        return;
-    };
-    if tracked.size == claimed {
-        return;
+/// Compares the size NumPy gives back (`claimed`) with the tracked block's.
+#[inline(always)]
+fn check_size(caller: Caller, block: *mut c_void, tracked: Option<&Tracked>, claimed: u64) {
+    if let Some(tracked) = tracked.filter(|tracked| tracked.size != claimed) {
+        report_size_mismatch(caller, block, tracked, claimed);
     }
+}
+
+/// Without a guard: reports that NumPy gave back a size (`claimed`) other than the
+/// block's, with both stacks.
+#[cold]
+fn report_size_mismatch(caller: Caller, block: *mut c_void, tracked: &Tracked, claimed: u64) {
     let (Some(recorder), Some(guard)) = (lifecycle::active(), Guard::enter()) else {
         return;
     };
