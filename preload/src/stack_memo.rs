@@ -222,8 +222,8 @@ pub enum Proof {
     OnlyTheseWords,
 }
 
-/// An entry, less the words it read: a lookup scans the heads of a set (six cache lines
-/// together) and reads only the words of the entries for its frame.
+/// An entry, less the words it read: a lookup reads the heads only of the ways its tag
+/// names, and the words only of the entries for its frame.
 #[derive(Clone, Copy)]
 struct Entry {
     key: MemoKey,
