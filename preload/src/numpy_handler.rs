@@ -223,23 +223,22 @@ extern "C" fn numpy_free_body(
     let errno = real::SavedErrno::save();
     let caller = caller(entry_sp, bp);
     let page_guard = page_guard::page_guard();
-    if page_guard.is_none() && guard::header_guard().is_none() {
+    let kept_by_guard = guard::header_guard().is_some()
+        || page_guard.is_some_and(|g| g.usable_size(block).is_some());
+    if kept_by_guard {
+        // A guard checks the size of a block it keeps itself.
+        release(caller, block, Family::Malloc, Some(size as u64));
+    } else {
         // SAFETY: `block` came from this handler (NumPy's contract), i.e. from the malloc
-        // family: the 16 bytes before it are readable. The header is read once, for the
-        // size check and the release.
+        // family, and no guard keeps it: the 16 bytes before it are readable.
         let tracked = unsafe { block_header::read(block) };
         check_size(caller, block, tracked.as_ref(), size as u64);
-        release_unguarded(block, tracked);
-    } else {
-        // A guard checks the size of a block it keeps itself.
-        if page_guard.is_none_or(|g| g.usable_size(block).is_none())
-            && guard::header_guard().is_none()
-        {
-            // SAFETY: as above; no page guard owns the block.
-            let tracked = unsafe { block_header::read(block) };
-            check_size(caller, block, tracked.as_ref(), size as u64);
+        match page_guard {
+            // The header, read once, serves the release too.
+            None => release_unguarded(block, tracked),
+            // The page guard still looks for a block it freed before (a double free).
+            Some(_) => release(caller, block, Family::Malloc, Some(size as u64)),
         }
-        release(caller, block, Family::Malloc, Some(size as u64));
     }
     errno.restore();
 }

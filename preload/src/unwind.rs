@@ -119,7 +119,7 @@ fn walk_frames(
         low: caller.sp,
         top: guard.stack_top(caller.sp),
     };
-    let read_stack = move |address: u64| bounds.read(address);
+    let read_stack = stack_reader(bounds);
     // SAFETY: this thread's state; the guard proves no other frame of this thread uses it
     // (hooks do not nest).
     let state = unsafe { &mut *thread_unwinder(guard) };
@@ -388,9 +388,8 @@ impl StackWords for StackBounds {
     }
 }
 
-/// Reads stack words between `low` and the top of this thread's stack, and nothing else.
-fn stack_reader(low: u64, top: u64) -> impl Fn(u64) -> Result<u64, ()> + Copy {
-    let bounds = StackBounds { low, top };
+/// Reads the stack words inside `bounds`, and nothing else.
+fn stack_reader(bounds: StackBounds) -> impl Fn(u64) -> Result<u64, ()> + Copy {
     move |address: u64| bounds.read(address)
 }
 
@@ -405,7 +404,10 @@ fn walk_from(
     visit: &mut dyn FnMut(&FrameAddress) -> bool,
 ) -> Option<(FrameAddress, UnwindRegsX86_64)> {
     let snapshot = snapshot()?;
-    let mut read_stack = stack_reader(sp, guard.stack_top(sp));
+    let mut read_stack = stack_reader(StackBounds {
+        low: sp,
+        top: guard.stack_top(sp),
+    });
     // SAFETY: this thread's state; the guard proves no other frame of this thread uses it.
     let state = unsafe { &mut *thread_unwinder(guard) };
     let mut regs = UnwindRegsX86_64::new(ip, sp, bp);
