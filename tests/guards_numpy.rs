@@ -1,10 +1,102 @@
-//! NumPy's own test suite for its core (`numpy/_core/tests/test_numeric.py`, shipped in the
-//! wheel) passes under every guard mode with no heap error: the guards must not disturb a
-//! large, allocation-heavy, correct program.
+//! NumPy under the guards: its own test suite for its core (`numpy/_core/tests/
+//! test_numeric.py`, shipped in the wheel) passes under every guard mode with no heap error
+//! (the guards must not disturb a large, allocation-heavy, correct program), and a buffer
+//! freed twice through memwarden's NumPy handler is reported in every mode.
 
 mod common;
 use common::guards::run_guarded;
+use common::python::*;
 use common::*;
+
+const DOUBLE_FREE_SCRIPT: &str = r#"import ctypes
+import numpy as np
+
+
+class Allocator(ctypes.Structure):
+    _fields_ = [
+        ("ctx", ctypes.c_void_p),
+        ("malloc", ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t)),
+        ("calloc", ctypes.c_void_p),
+        ("realloc", ctypes.c_void_p),
+        ("free", ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t)),
+    ]
+
+
+class Handler(ctypes.Structure):
+    _fields_ = [("name", ctypes.c_char * 127), ("version", ctypes.c_uint8), ("allocator", Allocator)]
+
+
+def free_twice():
+    get = ctypes.CDLL(None).memwarden_numpy_handler
+    get.restype = ctypes.POINTER(Handler)
+    allocator = get().contents.allocator
+    block = allocator.malloc(allocator.ctx, 100)  # ALLOC
+    allocator.free(allocator.ctx, block, 100)  # FIRST_FREE
+    allocator.free(allocator.ctx, block, 100)  # SECOND_FREE
+
+
+free_twice()
+print("continued after the bug")
+"#;
+
+#[test]
+fn a_numpy_buffer_freed_twice_is_a_double_free_in_every_guard_mode() {
+    let Some(python) = venv_python("numpy") else {
+        return;
+    };
+    let scratch = Scratch::new("guard_numpy_double_free");
+    let script = Script::new(&scratch, "double_free.py", DOUBLE_FREE_SCRIPT);
+    // The page guard keeps the freed block's pages inaccessible, so the second free must
+    // not read a malloc header before it; the header guard keeps it in quarantine.
+    for mode in ["header", "page"] {
+        let options = ["--guard", mode];
+        let run = run_script_with(
+            &scratch,
+            &python,
+            &script,
+            &[],
+            &RunOptions {
+                options: &options,
+                ..RunOptions::default()
+            },
+        );
+        let stderr = run.outcome.stderr_text();
+        assert_eq!(
+            run.outcome.stdout_text(),
+            "continued after the bug\n",
+            "--guard {mode}; stderr:\n{stderr}"
+        );
+        let process = run.report.main_process(&script);
+        let errors: Vec<_> = process
+            .errors
+            .iter()
+            .map(|e| {
+                let line = |frames: &Option<Vec<PyFrame>>| {
+                    frames.as_deref().and_then(|f| line_in(f, &script))
+                };
+                (
+                    e.kind.as_str(),
+                    e.block_size,
+                    line(&e.alloc_stack),
+                    line(&e.free_stack),
+                    line(&e.stack),
+                )
+            })
+            .collect();
+        assert_eq!(
+            errors,
+            [(
+                "double-free",
+                100,
+                Some(script.line_of("# ALLOC")),
+                Some(script.line_of("# FIRST_FREE")),
+                Some(script.line_of("# SECOND_FREE")),
+            )],
+            "--guard {mode}: {:#?}\nstderr:\n{stderr}",
+            process.errors
+        );
+    }
+}
 
 #[test]
 fn numpys_numeric_tests_pass_with_no_heap_error_in_every_guard_mode() {

@@ -259,6 +259,11 @@ impl AddressMap {
         self.remove(address).map(Block::pack)
     }
 
+    /// The raw value recorded for `address`, if anything.
+    pub fn get_raw(&self, address: u64) -> Option<u64> {
+        self.get(address).map(Block::pack)
+    }
+
     /// What is recorded for `address`, if anything.
     pub fn get(&self, address: u64) -> Option<Block> {
         let shard = self.shard(address);

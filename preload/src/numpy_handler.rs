@@ -222,9 +222,9 @@ extern "C" fn numpy_free_body(
     }
     let errno = real::SavedErrno::save();
     let caller = caller(entry_sp, bp);
-    let page_guard = page_guard::page_guard();
-    let kept_by_guard = guard::header_guard().is_some()
-        || page_guard.is_some_and(|g| g.usable_size(block).is_some());
+    // A block the page guard holds, live or freed (a double free), has no readable header.
+    let kept_by_guard =
+        guard::header_guard().is_some() || page_guard::page_guard().is_some_and(|g| g.holds(block));
     if kept_by_guard {
         // A guard checks the size of a block it keeps itself.
         release(caller, block, Family::Malloc, Some(size as u64));
@@ -233,12 +233,8 @@ extern "C" fn numpy_free_body(
         // family, and no guard keeps it: the 16 bytes before it are readable.
         let tracked = unsafe { block_header::read(block) };
         check_size(caller, block, tracked.as_ref(), size as u64);
-        match page_guard {
-            // The header, read once, serves the release too.
-            None => release_unguarded(block, tracked),
-            // The page guard still looks for a block it freed before (a double free).
-            Some(_) => release(caller, block, Family::Malloc, Some(size as u64)),
-        }
+        // The header, read once, serves the release too.
+        release_unguarded(block, tracked);
     }
     errno.restore();
 }

@@ -221,14 +221,24 @@ impl PageGuard {
 
     /// The requested size of a page-guarded block, for `malloc_usable_size`.
     pub fn usable_size(&self, user: *mut c_void) -> Option<usize> {
-        if !self.may_own(user) {
-            return None;
-        }
-        let record = self.blocks.remove_raw(user as u64)?;
-        let _ = self.blocks.insert_raw(user as u64, record);
+        let record = self.record(user)?;
         // SAFETY: records in the map are live boxes.
         let block = unsafe { &*(record as *const PageBlock) };
         (!block.freed).then_some(block.size as usize)
+    }
+
+    /// Whether `user` is a page-guarded block, live or freed and still in quarantine: a
+    /// free of it must come here, since the bytes before a freed one are not readable.
+    pub fn holds(&self, user: *mut c_void) -> bool {
+        self.record(user).is_some()
+    }
+
+    /// The raw record of a page-guarded block, live or freed.
+    fn record(&self, user: *mut c_void) -> Option<u64> {
+        if !self.may_own(user) {
+            return None;
+        }
+        self.blocks.get_raw(user as u64)
     }
 
     /// Frees a page-guarded block: `None` if `user` is not one; else the (stack, size) to
