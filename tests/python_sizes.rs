@@ -7,8 +7,7 @@ mod common;
 use common::python::*;
 use common::*;
 
-const SCRIPT: &str = r#"import ctypes
-import numpy as np
+const SCRIPT: &str = r#"import numpy as np
 
 
 def zero_shapes():
@@ -23,20 +22,6 @@ def zero_shapes():
 def empty_text():
     a = np.fromstring("", sep=" ")  # EMPTY_TEXT_ALLOC
     del a  # EMPTY_TEXT_FREE
-
-
-class Allocator(ctypes.Structure):
-    _fields_ = [
-        ("ctx", ctypes.c_void_p),
-        ("malloc", ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t)),
-        ("calloc", ctypes.c_void_p),
-        ("realloc", ctypes.c_void_p),
-        ("free", ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t)),
-    ]
-
-
-class Handler(ctypes.Structure):
-    _fields_ = [("name", ctypes.c_char * 127), ("version", ctypes.c_uint8), ("allocator", Allocator)]
 
 
 def wrong_size_by_hand():
@@ -64,7 +49,7 @@ fn a_wrong_size_in_numpys_free_is_a_size_mismatch_and_zero_shapes_are_freed_with
         return;
     };
     let scratch = Scratch::new("python_sizes");
-    let script = Script::new(&scratch, "sizes.py", SCRIPT);
+    let script = Script::new(&scratch, "sizes.py", &with_handler_types(SCRIPT));
     let run = run_script(&scratch, &python, &script, &[], &[]);
     assert_success(&run.outcome, "the script under memwarden");
     assert_eq!(run.outcome.stdout_text(), "memwarden\n");

@@ -322,6 +322,13 @@ pub fn reallocate(caller: Caller, function: u32, block: *mut c_void, size: usize
         if let Some(old_size) = page_guard.usable_size(block) {
             return hooks_guarded::move_to_new_block(caller, function, block, old_size, size);
         }
+        if page_guard.claims(block) {
+            // A block it freed, or an address in its range that is no block: reported as
+            // its free would be, and the call fails as a realloc that cannot move it does.
+            release(caller, block, Family::Malloc, None);
+            real::set_errno(libc::ENOMEM);
+            return core::ptr::null_mut();
+        }
     }
     if let Some(header_guard) = guard::header_guard() {
         return hooks_guarded::reallocate(header_guard, caller, function, block, size);

@@ -288,8 +288,14 @@ pub extern "C" fn malloc_usable_size(block: *mut c_void) -> usize {
     if block.is_null() {
         return 0;
     }
-    if let Some(size) = crate::page_guard::page_guard().and_then(|g| g.usable_size(block)) {
-        return size;
+    if let Some(page_guard) = crate::page_guard::page_guard() {
+        if let Some(size) = page_guard.usable_size(block) {
+            return size;
+        }
+        if page_guard.claims(block) {
+            // Freed, or no block: nothing usable, and nothing before it to read.
+            return 0;
+        }
     }
     if let Some(header_guard) = guard::header_guard() {
         if let Some(size) = header_guard.usable_size(block) {

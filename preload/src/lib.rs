@@ -29,6 +29,7 @@ mod fork;
 mod guard;
 mod guard_checks;
 mod guard_header;
+mod guard_region;
 mod heap_errors;
 mod hooks;
 mod hooks_cxx;

@@ -222,9 +222,10 @@ extern "C" fn numpy_free_body(
     }
     let errno = real::SavedErrno::save();
     let caller = caller(entry_sp, bp);
-    // A block the page guard holds, live or freed (a double free), has no readable header.
-    let kept_by_guard =
-        guard::header_guard().is_some() || page_guard::page_guard().is_some_and(|g| g.holds(block));
+    // A block the page guard claims (live, freed, or anywhere in its range) has no header
+    // to read.
+    let kept_by_guard = guard::header_guard().is_some()
+        || page_guard::page_guard().is_some_and(|g| g.claims(block));
     if kept_by_guard {
         // A guard checks the size of a block it keeps itself.
         release(caller, block, Family::Malloc, Some(size as u64));

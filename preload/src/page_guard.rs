@@ -12,6 +12,7 @@ use memwarden_abi::{error_kind, UNKNOWN_STACK_ID};
 
 use crate::address_map::AddressMap;
 use crate::guard_header::{first_changed, Family, BACK_PATTERN};
+use crate::guard_region::GuardRegion;
 use crate::heap_errors::{self, HeapError};
 use crate::hooks::page_size;
 use crate::quarantine::Quarantine;
@@ -44,12 +45,15 @@ pub struct PageSettings {
 
 pub struct PageGuard {
     settings: PageSettings,
+    /// Where blocks are made, while it has room (`None`: no room could be reserved).
+    region: Option<GuardRegion>,
     blocks: AddressMap,
     quarantine: Quarantine,
     /// Calls left until the next sampled one (sampled mode).
     calls_left: AtomicU64,
     guarded: AtomicUsize,
-    /// The lowest and highest addresses ever handed out, so most frees skip the map.
+    /// The lowest and highest addresses ever handed out outside the region, so most frees
+    /// skip the map.
     lowest: AtomicU64,
     highest: AtomicU64,
     waits: &'static AtomicU64,
@@ -76,6 +80,7 @@ pub fn install(settings: PageSettings, waits: &'static AtomicU64) -> bool {
     let guard = PageGuard {
         calls_left: AtomicU64::new(settings.sample_rate.max(1)),
         settings,
+        region: GuardRegion::reserve(),
         blocks,
         quarantine,
         guarded: AtomicUsize::new(0),
@@ -160,7 +165,7 @@ impl PageGuard {
         else {
             return core::ptr::null_mut();
         };
-        let Some(map_start) = map_anonymous((data_len + page) as usize) else {
+        let Some(map_start) = self.map_block(data_len) else {
             return core::ptr::null_mut();
         };
         let (user, guard_page) = if self.settings.below {
@@ -169,7 +174,9 @@ impl PageGuard {
             let end = map_start + data_len;
             ((end - size as u64) & !(alignment - 1), end)
         };
-        protect(guard_page, page, libc::PROT_NONE);
+        if !self.in_region(map_start) {
+            protect(guard_page, page, libc::PROT_NONE);
+        }
         // SAFETY: the block's data lies in the fresh writable pages; the slack after it (up
         // to the guard page, or the page end below) is filled with the canary pattern.
         unsafe {
@@ -194,29 +201,36 @@ impl PageGuard {
             family,
             freed: false,
         });
-        self.lowest.fetch_min(user, Ordering::Relaxed);
-        self.highest.fetch_max(user, Ordering::Relaxed);
+        if !self.in_region(user) {
+            self.lowest.fetch_min(user, Ordering::Relaxed);
+            self.highest.fetch_max(user, Ordering::Relaxed);
+        }
         let record = Box::into_raw(block);
         if self.blocks.insert_raw(user, record as u64).is_err() {
             // No memory left to remember it: the block is given back and the caller falls
             // back to an unguarded one.
             // SAFETY: the record was just made and never shared; the mapping is its own.
-            unsafe {
-                drop(Box::from_raw(record));
-                libc::munmap(map_start as *mut c_void, (data_len + page) as usize);
-            }
+            unsafe { drop(Box::from_raw(record)) };
+            self.unmap_block(map_start, data_len + page);
             return core::ptr::null_mut();
         }
         self.guarded.fetch_add(1, Ordering::Relaxed);
         user as *mut c_void
     }
 
-    /// Whether `user` may be a page-guarded block (a range test, no lookup).
+    /// Whether `user` may be a page-guarded block (range tests, no lookup).
     #[inline(always)]
     pub fn may_own(&self, user: *mut c_void) -> bool {
         let address = user as u64;
-        address >= self.lowest.load(Ordering::Relaxed)
-            && address <= self.highest.load(Ordering::Relaxed)
+        self.in_region(address)
+            || (address >= self.lowest.load(Ordering::Relaxed)
+                && address <= self.highest.load(Ordering::Relaxed))
+    }
+
+    /// Whether `address` lies in the guard's reserved range.
+    #[inline(always)]
+    fn in_region(&self, address: u64) -> bool {
+        self.region.as_ref().is_some_and(|r| r.contains(address))
     }
 
     /// The requested size of a page-guarded block, for `malloc_usable_size`.
@@ -227,10 +241,12 @@ impl PageGuard {
         (!block.freed).then_some(block.size as usize)
     }
 
-    /// Whether `user` is a page-guarded block, live or freed and still in quarantine: a
-    /// free of it must come here, since the bytes before a freed one are not readable.
-    pub fn holds(&self, user: *mut c_void) -> bool {
-        self.record(user).is_some()
+    /// Whether a free of `user` is the page guard's to judge: a block it holds (live, or
+    /// freed and in quarantine) or any address in its range, which glibc never handed out.
+    /// Nothing before such an address may be read as a malloc header: a freed block's pages
+    /// are inaccessible, and one out of quarantine has none.
+    pub fn claims(&self, user: *mut c_void) -> bool {
+        self.in_region(user as u64) || self.record(user).is_some()
     }
 
     /// The raw record of a page-guarded block, live or freed.
@@ -254,7 +270,9 @@ impl PageGuard {
         if !self.may_own(user) {
             return None;
         }
-        let record = self.blocks.remove_raw(user as u64)?;
+        let Some(record) = self.blocks.remove_raw(user as u64) else {
+            return self.release_unknown(recorder, user, stack);
+        };
         // SAFETY: records in the map are live boxes, changed only by the thread that removed
         // them from the map (this one) until reinserted.
         let block = unsafe { &mut *(record as *mut PageBlock) };
@@ -308,6 +326,65 @@ impl PageGuard {
         Some(Some(charged))
     }
 
+    /// A free of an address that is no block the guard holds: one in its range is an
+    /// invalid free (a block freed before and out of quarantine, or not a block's start),
+    /// reported without reading it; `None` leaves any other to the other paths.
+    fn release_unknown(
+        &self,
+        recorder: &Recorder,
+        user: *mut c_void,
+        stack: &dyn Fn() -> u32,
+    ) -> Option<Option<(u32, u64)>> {
+        if !self.in_region(user as u64) {
+            return None;
+        }
+        let error = HeapError {
+            kind: error_kind::INVALID_FREE,
+            address: user as u64,
+            block_size: 0,
+            offset: 0,
+            stack: stack(),
+            alloc_stack: UNKNOWN_STACK_ID,
+            free_stack: UNKNOWN_STACK_ID,
+        };
+        heap_errors::report(recorder, &error);
+        Some(None)
+    }
+
+    /// Maps a block of `data_len` bytes of data and a page for its guard, inaccessible:
+    /// in the region while it has room, else wherever the kernel puts it. Returns the
+    /// mapping's start; `None` if the system has no memory for it.
+    fn map_block(&self, data_len: u64) -> Option<u64> {
+        let page = page_size() as u64;
+        let map_len = data_len + page;
+        if let Some(region) = &self.region {
+            // One page more, left inaccessible on the side away from the guard page, so a
+            // neighbour's overflow or underflow never lands in this block's guard page and is
+            // taken for an error of this block.
+            if let Some(start) = region.take(map_len + page) {
+                let (map_start, data_start) = if self.settings.below {
+                    (start, start + page)
+                } else {
+                    (start + page, start + page)
+                };
+                return region.open(data_start, data_len).then_some(map_start);
+            }
+        }
+        let map_start = map_anonymous(map_len as usize)?;
+        Some(map_start)
+    }
+
+    /// Gives a block's mapping back: in the region its addresses stay reserved.
+    fn unmap_block(&self, map_start: u64, map_len: u64) {
+        match &self.region {
+            Some(region) if region.contains(map_start) => region.close(map_start, map_len),
+            // SAFETY: the block's own mapping, made by `map_block`, no longer reachable.
+            _ => unsafe {
+                libc::munmap(map_start as *mut c_void, map_len as usize);
+            },
+        }
+    }
+
     /// A freed block leaves quarantine: its pages go back to the system.
     fn evict(&self, user: u64) {
         let Some(record) = self.blocks.remove_raw(user) else {
@@ -316,8 +393,7 @@ impl PageGuard {
         // SAFETY: the record was made by `allocate` with Box::into_raw and is no longer in
         // the map, so this is its last use.
         let block = unsafe { Box::from_raw(record as *mut PageBlock) };
-        // SAFETY: the block's own mapping, no longer reachable through the map.
-        unsafe { libc::munmap(block.map_start as *mut c_void, block.map_len as usize) };
+        self.unmap_block(block.map_start, block.map_len);
         self.guarded.fetch_sub(1, Ordering::Relaxed);
     }
 

@@ -55,6 +55,32 @@ impl Script {
     }
 }
 
+/// `body`, a Python script, after the ctypes declarations of memwarden's NumPy handler:
+/// `ctypes.CDLL(None).memwarden_numpy_handler` returns a `POINTER(Handler)` whose
+/// `allocator` calls the handler's functions directly, as NumPy does.
+pub fn with_handler_types(body: &str) -> String {
+    format!("{HANDLER_TYPES}{body}")
+}
+
+const HANDLER_TYPES: &str = r#"import ctypes
+
+
+class Allocator(ctypes.Structure):
+    _fields_ = [
+        ("ctx", ctypes.c_void_p),
+        ("malloc", ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t)),
+        ("calloc", ctypes.c_void_p),
+        ("realloc", ctypes.c_void_p),
+        ("free", ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t)),
+    ]
+
+
+class Handler(ctypes.Structure):
+    _fields_ = [("name", ctypes.c_char * 127), ("version", ctypes.c_uint8), ("allocator", Allocator)]
+
+
+"#;
+
 /// A finished `memwarden run` of a Python script and its report, read for Python.
 pub struct PyRun {
     pub outcome: Outcome,
