@@ -153,14 +153,7 @@ int main(void) {
     );
     run.assert_one_error(
         "header",
-        &Expected {
-            kind: "double-free",
-            block_size: 100,
-            offset: 0,
-            stack: At::Function("release_again"),
-            alloc_stack: At::Function("make_block"),
-            free_stack: At::Function("release"),
-        },
+        &Expected::double_free(100, "make_block", "release", "release_again"),
     );
 }
 

@@ -13,9 +13,7 @@ const DOUBLE_FREE_SCRIPT: &str = r#"import numpy as np
 
 
 def free_twice():
-    get = ctypes.CDLL(None).memwarden_numpy_handler
-    get.restype = ctypes.POINTER(Handler)
-    allocator = get().contents.allocator
+    allocator = handler_allocator()
     block = allocator.malloc(allocator.ctx, 100)  # ALLOC
     allocator.free(allocator.ctx, block, 100)  # FIRST_FREE
     allocator.free(allocator.ctx, block, 100)  # SECOND_FREE
@@ -59,31 +57,16 @@ fn a_numpy_buffer_freed_twice_is_a_double_free_under_the_header_and_page_guards(
             "--guard {mode}; stderr:\n{stderr}"
         );
         let process = run.report.main_process(&script);
-        let errors: Vec<_> = process
-            .errors
-            .iter()
-            .map(|e| {
-                let line = |frames: &Option<Vec<PyFrame>>| {
-                    frames.as_deref().and_then(|f| line_in(f, &script))
-                };
-                (
-                    e.kind.as_str(),
-                    e.block_size,
-                    line(&e.alloc_stack),
-                    line(&e.free_stack),
-                    line(&e.stack),
-                )
-            })
-            .collect();
         assert_eq!(
-            errors,
-            [(
-                "double-free",
-                100,
-                Some(script.line_of("# ALLOC")),
-                Some(script.line_of("# FIRST_FREE")),
-                Some(script.line_of("# SECOND_FREE")),
-            )],
+            error_lines(process, &script),
+            [ErrorLines {
+                kind: "double-free",
+                block_size: 100,
+                offset: 0,
+                alloc: Some(script.line_of("# ALLOC")),
+                freed: Some(script.line_of("# FIRST_FREE")),
+                found: Some(script.line_of("# SECOND_FREE")),
+            }],
             "--guard {mode}: {:#?}\nstderr:\n{stderr}",
             process.errors
         );

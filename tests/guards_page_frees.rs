@@ -5,7 +5,7 @@
 //! with its stack and the program runs on; none may crash it.
 
 mod common;
-use common::guards::{run_guarded, At, Expected, GuardRun};
+use common::guards::{run_guarded, Expected, GuardRun};
 use common::*;
 
 /// One program, one planted bug per argv[1]. The block is made in make_block and freed in
@@ -57,14 +57,7 @@ fn run_bug(bug: &str, options: &[&str]) -> GuardRun {
 fn a_double_free_in_quarantine_names_both_frees() {
     run_bug("double", &[]).assert_one_error(
         "page",
-        &Expected {
-            kind: "double-free",
-            block_size: 100,
-            offset: 0,
-            stack: At::Function("release_again"),
-            alloc_stack: At::Function("make_block"),
-            free_stack: At::Function("release"),
-        },
+        &Expected::double_free(100, "make_block", "release", "release_again"),
     );
 }
 
@@ -72,17 +65,8 @@ fn a_double_free_in_quarantine_names_both_frees() {
 fn a_double_free_after_the_block_left_quarantine_is_an_invalid_free_not_a_crash() {
     // The block's pages are given back when it leaves the quarantine, but its addresses
     // stay the guard's: the second free is known as no live block, without a read.
-    run_bug("late", &["--quarantine", "4096"]).assert_one_error(
-        "page",
-        &Expected {
-            kind: "invalid-free",
-            block_size: 0,
-            offset: 0,
-            stack: At::Function("release_again"),
-            alloc_stack: At::Unknown,
-            free_stack: At::Unknown,
-        },
-    );
+    run_bug("late", &["--quarantine", "4096"])
+        .assert_one_error("page", &Expected::invalid_free("release_again"));
 }
 
 #[test]
@@ -95,17 +79,7 @@ fn the_late_double_free_is_found_with_the_guard_page_below_too() {
 
 #[test]
 fn a_free_inside_a_block_is_an_invalid_free() {
-    run_bug("middle", &[]).assert_one_error(
-        "page",
-        &Expected {
-            kind: "invalid-free",
-            block_size: 0,
-            offset: 0,
-            stack: At::Function("release_again"),
-            alloc_stack: At::Unknown,
-            free_stack: At::Unknown,
-        },
-    );
+    run_bug("middle", &[]).assert_one_error("page", &Expected::invalid_free("release_again"));
 }
 
 #[test]
@@ -114,13 +88,6 @@ fn a_realloc_of_a_freed_block_is_a_double_free_and_fails() {
     // its standard output, which the run then fails to match).
     run_bug("realloc", &[]).assert_one_error(
         "page",
-        &Expected {
-            kind: "double-free",
-            block_size: 100,
-            offset: 0,
-            stack: At::Function("grow"),
-            alloc_stack: At::Function("make_block"),
-            free_stack: At::Function("release"),
-        },
+        &Expected::double_free(100, "make_block", "release", "grow"),
     );
 }

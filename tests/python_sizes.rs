@@ -25,9 +25,7 @@ def empty_text():
 
 
 def wrong_size_by_hand():
-    get = ctypes.CDLL(None).memwarden_numpy_handler
-    get.restype = ctypes.POINTER(Handler)
-    allocator = get().contents.allocator
+    allocator = handler_allocator()
     block = allocator.malloc(allocator.ctx, 100)  # BY_HAND_ALLOC
     allocator.free(allocator.ctx, block, 99)  # BY_HAND_FREE
 
@@ -37,11 +35,6 @@ empty_text()
 wrong_size_by_hand()
 print(np._core.multiarray.get_handler_name(np.ones(3)))
 "#;
-
-/// A heap error as the test compares it: kind, block size, offset (for a size mismatch,
-/// the size `free` named), and the script lines of its allocation and of the call that
-/// found it.
-type ErrorLines<'a> = (&'a str, u64, i64, Option<u32>, Option<u32>);
 
 #[test]
 fn a_wrong_size_in_numpys_free_is_a_size_mismatch_and_zero_shapes_are_freed_with_their_size() {
@@ -54,42 +47,34 @@ fn a_wrong_size_in_numpys_free_is_a_size_mismatch_and_zero_shapes_are_freed_with
     assert_success(&run.outcome, "the script under memwarden");
     assert_eq!(run.outcome.stdout_text(), "memwarden\n");
     let process = run.report.main_process(&script);
-    let errors: Vec<ErrorLines> = process
-        .errors
-        .iter()
-        .map(|e| {
-            let line =
-                |frames: &Option<Vec<PyFrame>>| frames.as_deref().and_then(|f| line_in(f, &script));
-            (
-                e.kind.as_str(),
-                e.block_size,
-                e.offset,
-                line(&e.alloc_stack),
-                line(&e.stack),
-            )
-        })
-        .collect();
+    let errors = error_lines(process, &script);
     // Every array with a 0 in its shape is allocated as 1 byte and freed as 1 byte: no
     // error. An empty array read as text is allocated one element (8 bytes of float64)
     // and freed as 1 byte: NumPy's own wrong size. The block freed by hand with 99 for 100
     // shows that the check works.
+    let (empty_free, by_hand_free) = (
+        Some(script.line_of("# EMPTY_TEXT_FREE")),
+        Some(script.line_of("# BY_HAND_FREE")),
+    );
     assert_eq!(
         errors,
         [
-            (
-                "size-mismatch",
-                8,
-                1,
-                Some(script.line_of("# EMPTY_TEXT_ALLOC")),
-                Some(script.line_of("# EMPTY_TEXT_FREE"))
-            ),
-            (
-                "size-mismatch",
-                100,
-                99,
-                Some(script.line_of("# BY_HAND_ALLOC")),
-                Some(script.line_of("# BY_HAND_FREE"))
-            ),
+            ErrorLines {
+                kind: "size-mismatch",
+                block_size: 8,
+                offset: 1,
+                alloc: Some(script.line_of("# EMPTY_TEXT_ALLOC")),
+                freed: empty_free,
+                found: empty_free,
+            },
+            ErrorLines {
+                kind: "size-mismatch",
+                block_size: 100,
+                offset: 99,
+                alloc: Some(script.line_of("# BY_HAND_ALLOC")),
+                freed: by_hand_free,
+                found: by_hand_free,
+            },
         ],
         "{:#?}",
         process.errors

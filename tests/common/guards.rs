@@ -58,6 +58,33 @@ pub struct Expected<'a> {
     pub free_stack: At<'a>,
 }
 
+impl<'a> Expected<'a> {
+    /// A double free of a `block_size`-byte block made in `alloc`, freed first in `first`
+    /// and again in `again`.
+    pub fn double_free(block_size: u64, alloc: &'a str, first: &'a str, again: &'a str) -> Self {
+        Expected {
+            kind: "double-free",
+            block_size,
+            offset: 0,
+            stack: At::Function(again),
+            alloc_stack: At::Function(alloc),
+            free_stack: At::Function(first),
+        }
+    }
+
+    /// A free, in `function`, of an address that is no block the guard knows.
+    pub fn invalid_free(function: &'a str) -> Self {
+        Expected {
+            kind: "invalid-free",
+            block_size: 0,
+            offset: 0,
+            stack: At::Function(function),
+            alloc_stack: At::Unknown,
+            free_stack: At::Unknown,
+        }
+    }
+}
+
 impl At<'_> {
     fn matches(&self, frames: &Option<Vec<FaultFrame>>) -> bool {
         match (self, frames) {

@@ -56,8 +56,8 @@ impl Script {
 }
 
 /// `body`, a Python script, after the ctypes declarations of memwarden's NumPy handler:
-/// `ctypes.CDLL(None).memwarden_numpy_handler` returns a `POINTER(Handler)` whose
-/// `allocator` calls the handler's functions directly, as NumPy does.
+/// `handler_allocator()` gives the handler's `allocator`, whose functions the script then
+/// calls directly, as NumPy does.
 pub fn with_handler_types(body: &str) -> String {
     format!("{HANDLER_TYPES}{body}")
 }
@@ -77,6 +77,12 @@ class Allocator(ctypes.Structure):
 
 class Handler(ctypes.Structure):
     _fields_ = [("name", ctypes.c_char * 127), ("version", ctypes.c_uint8), ("allocator", Allocator)]
+
+
+def handler_allocator():
+    get = ctypes.CDLL(None).memwarden_numpy_handler
+    get.restype = ctypes.POINTER(Handler)
+    return get().contents.allocator
 
 
 "#;
@@ -218,6 +224,38 @@ pub fn frame_in<'f>(frames: &'f [PyFrame], script: &Script) -> Option<&'f PyFram
 }
 
 /// The line of the innermost frame of `frames` in `script`.
+/// A heap error as the Python tests compare it: its kind, block size and offset (for a
+/// size mismatch, the size `free` named), and the lines of `script` in its stacks.
+#[derive(Debug, PartialEq, Eq)]
+pub struct ErrorLines<'a> {
+    pub kind: &'a str,
+    pub block_size: u64,
+    pub offset: i64,
+    /// Where the block was allocated.
+    pub alloc: Option<u32>,
+    /// Where it was freed (for a double free, the first free).
+    pub freed: Option<u32>,
+    /// The call that found the error.
+    pub found: Option<u32>,
+}
+
+/// The heap errors of `process`, as lines of `script`.
+pub fn error_lines<'a>(process: &'a PyProcess, script: &Script) -> Vec<ErrorLines<'a>> {
+    let line = |frames: &Option<Vec<PyFrame>>| frames.as_deref().and_then(|f| line_in(f, script));
+    process
+        .errors
+        .iter()
+        .map(|e| ErrorLines {
+            kind: e.kind.as_str(),
+            block_size: e.block_size,
+            offset: e.offset,
+            alloc: line(&e.alloc_stack),
+            freed: line(&e.free_stack),
+            found: line(&e.stack),
+        })
+        .collect()
+}
+
 pub fn line_in(frames: &[PyFrame], script: &Script) -> Option<u32> {
     frame_in(frames, script).and_then(|f| f.line)
 }
