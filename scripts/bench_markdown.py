@@ -329,7 +329,8 @@ def python_markdown(workloads, samples, runs: int, versions: dict, notes: list, 
         "tool gets the same) and `PYTHONHASHSEED=0`.",
         "- Workloads (`scripts/bench_py_*.py`): **numpy**, NumPy compute: matrix products, element-wise ufuncs "
         "with their temporaries, reductions, sorting, boolean and fancy indexing on arrays of 1–9 MiB, and a "
-        "stream of 4 KiB vectors; **pyobjects**, pure-Python churn: batches of 10,000 records parsed from "
+        "stream of 4 KiB vectors, 22 rounds of it (about 2.5 s bare here, the length of the peers' numpy_work in "
+        "shared/peers.md; 18 rounds until 2026-11-24); **pyobjects**, pure-Python churn: batches of 10,000 records parsed from "
         "strings into class instances, lists, dicts, tuples and joined strings, indexed, formatted and dropped; "
         "**imports**, one fresh process that imports about 160 standard-library modules, `compile()`s the "
         "sources of nine standard-library packages three times, then writes 200 generated modules and imports "
