@@ -5,7 +5,7 @@
 //! with its stack and the program runs on; none may crash it.
 
 mod common;
-use common::guards::{run_guarded, Expected, GuardRun};
+use common::guards::{run_guarded, At, Expected, GuardRun};
 use common::*;
 
 /// One program, one planted bug per argv[1]. The block is made in make_block and freed in
@@ -65,8 +65,16 @@ fn a_double_free_in_quarantine_names_both_frees() {
 fn a_double_free_after_the_block_left_quarantine_is_an_invalid_free_not_a_crash() {
     // The block's pages are given back when it leaves the quarantine, but its addresses
     // stay the guard's: the second free is known as no live block, without a read.
-    run_bug("late", &["--quarantine", "4096"])
-        .assert_one_error("page", &Expected::invalid_free("release_again"));
+    let run = run_bug("late", &["--quarantine", "4096"]);
+    run.assert_one_error("page", &Expected::invalid_free("release_again"));
+    assert!(
+        run.stderr().contains(
+            "is in no block memwarden holds (an address it never returned, or a block freed \
+             and out of quarantine)"
+        ),
+        "{}",
+        run.stderr()
+    );
 }
 
 #[test]
@@ -78,8 +86,26 @@ fn the_late_double_free_is_found_with_the_guard_page_below_too() {
 }
 
 #[test]
-fn a_free_inside_a_block_is_an_invalid_free() {
-    run_bug("middle", &[]).assert_one_error("page", &Expected::invalid_free("release_again"));
+fn a_free_inside_a_block_is_an_invalid_free_with_the_block() {
+    // Said as AddressSanitizer says it: where in which block, and where that was made.
+    let run = run_bug("middle", &[]);
+    run.assert_one_error(
+        "page",
+        &Expected {
+            kind: "invalid-free",
+            block_size: 100,
+            offset: 8,
+            stack: At::Function("release_again"),
+            alloc_stack: At::Function("make_block"),
+            free_stack: At::Unknown,
+        },
+    );
+    assert!(
+        run.stderr()
+            .contains("is located 8 bytes inside the 100-byte block allocated at"),
+        "{}",
+        run.stderr()
+    );
 }
 
 #[test]

@@ -335,18 +335,25 @@ impl PageGuard {
         user: *mut c_void,
         stack: &dyn Fn() -> u32,
     ) -> Option<Option<(u32, u64)>> {
-        if !self.in_region(user as u64) {
+        let address = user as u64;
+        if !self.in_region(address) {
             return None;
         }
-        let error = HeapError {
-            kind: error_kind::INVALID_FREE,
-            address: user as u64,
-            block_size: 0,
-            offset: 0,
-            stack: stack(),
-            alloc_stack: UNKNOWN_STACK_ID,
-            free_stack: UNKNOWN_STACK_ID,
-        };
+        let stack = stack();
+        // Inside a block the guard still holds (live, or freed and in quarantine): said as
+        // such, with the block's size and stacks. Else a block out of quarantine, or a gap
+        // between blocks: no block is known.
+        let error = self
+            .error_in_block(address, stack, |_, _| Some(error_kind::INVALID_FREE))
+            .unwrap_or(HeapError {
+                kind: error_kind::INVALID_FREE,
+                address,
+                block_size: 0,
+                offset: 0,
+                stack,
+                alloc_stack: UNKNOWN_STACK_ID,
+                free_stack: UNKNOWN_STACK_ID,
+            });
         heap_errors::report(recorder, &error);
         Some(None)
     }
@@ -401,6 +408,39 @@ impl PageGuard {
     /// heap error (access stack `stack`) and returns true.
     pub fn explain_fault(&self, recorder: &Recorder, address: u64, stack: u32) -> bool {
         let page = page_size() as u64;
+        let found = self.error_in_block(address, stack, |block, offset| {
+            let in_guard = if self.settings.below {
+                address < block.map_start + page
+            } else {
+                address >= block.map_start + block.map_len - page
+            };
+            match (block.freed, in_guard, offset < 0) {
+                (true, _, _) => Some(error_kind::USE_AFTER_FREE),
+                (false, true, true) => Some(error_kind::HEAP_BUFFER_UNDERFLOW),
+                (false, true, false) => Some(error_kind::HEAP_BUFFER_OVERFLOW),
+                (false, false, _) => None,
+            }
+        });
+        match found {
+            Some(error) => {
+                heap_errors::report(recorder, &error);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The heap error at `address`, found by the call or access at `stack`, in the block
+    /// whose mapping (guard page included) spans it: its kind as `kind_of` says from the
+    /// block and the address's offset from the block's first byte. `None` if no block the
+    /// guard holds spans `address`, or `kind_of` finds no error. Visits every block: only
+    /// for an error already found.
+    fn error_in_block(
+        &self,
+        address: u64,
+        stack: u32,
+        kind_of: impl Fn(&PageBlock, i64) -> Option<u32>,
+    ) -> Option<HeapError> {
         let mut found: Option<HeapError> = None;
         self.blocks.for_each(|_user, packed| {
             if found.is_some() {
@@ -413,18 +453,7 @@ impl PageGuard {
                 return;
             }
             let offset = address as i64 - block.user as i64;
-            let in_guard = if self.settings.below {
-                address < block.map_start + page
-            } else {
-                address >= block.map_start + block.map_len - page
-            };
-            let kind = match (block.freed, in_guard, offset < 0) {
-                (true, _, _) => error_kind::USE_AFTER_FREE,
-                (false, true, true) => error_kind::HEAP_BUFFER_UNDERFLOW,
-                (false, true, false) => error_kind::HEAP_BUFFER_OVERFLOW,
-                (false, false, _) => return,
-            };
-            found = Some(HeapError {
+            found = kind_of(block, offset).map(|kind| HeapError {
                 kind,
                 address,
                 block_size: block.size,
@@ -434,13 +463,7 @@ impl PageGuard {
                 free_stack: block.free_stack,
             });
         });
-        match found {
-            Some(error) => {
-                heap_errors::report(recorder, &error);
-                true
-            }
-            None => false,
-        }
+        found
     }
 
     pub fn lock_for_fork(&self) {

@@ -122,7 +122,8 @@ fn location(
         }
         _ if !e.block_known() => {
             lines.push(format!(
-                "  {} is not inside any block memwarden allocated",
+                "  {} is in no block memwarden holds (an address it never returned, or a block \
+                 freed and out of quarantine)",
                 e.address
             ));
             return lines;

@@ -139,7 +139,7 @@ fn size_mismatch_alignment_and_unknown_blocks_have_their_own_lines() {
         "\
 ERROR: memwarden: invalid-free on address 0x602000000074 in pid 1234
   at  overflow (bug.c:12) <- main (bug.c:30)
-  0x602000000074 is not inside any block memwarden allocated
+  0x602000000074 is in no block memwarden holds (an address it never returned, or a block freed and out of quarantine)
 SUMMARY: memwarden: invalid-free at overflow (bug.c:12)
 "
     );
