@@ -209,7 +209,7 @@ impl PageGuard {
         if self.blocks.insert_raw(user, record as u64).is_err() {
             // No memory left to remember it: the block is given back and the caller falls
             // back to an unguarded one.
-            // SAFETY: the record was just made and never shared; the mapping is its own.
+            // SAFETY: the record was just made by Box::into_raw and never shared.
             unsafe { drop(Box::from_raw(record)) };
             self.unmap_block(map_start, data_len + page);
             return core::ptr::null_mut();
@@ -377,8 +377,7 @@ impl PageGuard {
                 return region.open(data_start, data_len).then_some(map_start);
             }
         }
-        let map_start = map_anonymous(map_len as usize)?;
-        Some(map_start)
+        map_anonymous(map_len as usize)
     }
 
     /// Gives a block's mapping back: in the region its addresses stay reserved.
