@@ -1,8 +1,10 @@
-//! Interposed call → event: fatal signals, with fault injection or a page guard on. Fatal
+//! Interposed call → event: fatal signals, with fault injection or a heap guard on. Fatal
 //! signals (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT) first pass through this handler:
 //! - a fault in a page guard's inaccessible page or freed block is reported as the heap
 //!   error it is, and the process is stopped by the signal (it cannot safely go on);
-//! - under `--fail`, the signal and the faulting stack are written into the profile.
+//! - the first fatal signal and the stack it was raised at are written into the profile,
+//!   so that a program that dies under `--fail` or `--guard` shows where (an unchecked
+//!   failure, a fault no guard can name, an `abort`).
 //!
 //! Then the program's previous disposition is put back and the signal takes its course — so
 //! the program dies (or handles a fault that is not memwarden's) exactly as it would have.
@@ -35,9 +37,15 @@ static PREVIOUS: Previous = Previous(UnsafeCell::new(
     unsafe { core::mem::zeroed() },
 ));
 static RECORDED: AtomicBool = AtomicBool::new(false);
+static INSTALLED: AtomicBool = AtomicBool::new(false);
 
-/// Installs the handler for every fatal signal, keeping the previous dispositions.
+/// Installs the handler for every fatal signal, keeping the previous dispositions. Once
+/// only: `--fail` and a guard each ask for it, and a second installation would keep this
+/// handler as the "previous" one, which a fault would then meet again and again.
 pub fn install() {
+    if INSTALLED.swap(true, Ordering::AcqRel) {
+        return;
+    }
     for (index, &signal) in SIGNALS.iter().enumerate() {
         // SAFETY: sigaction is plain data; the handler has the SA_SIGINFO signature; the
         // previous disposition is written into this signal's own slot.
@@ -58,7 +66,7 @@ extern "C" fn on_fatal_signal(
     context: *mut libc::c_void,
 ) {
     let heap_error = explain_page_fault(signal, info, context);
-    if crate::injection::injector().is_some() && !RECORDED.swap(true, Ordering::AcqRel) {
+    if !RECORDED.swap(true, Ordering::AcqRel) {
         record(signal, context);
     }
     let Some(index) = SIGNALS.iter().position(|&s| s == signal) else {

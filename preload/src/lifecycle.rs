@@ -167,6 +167,7 @@ fn install_guard(recorder: &'static Recorder) {
                 ),
             };
             if guard::install(settings, recorder.waits()) {
+                crash::install();
                 guard_mode::HEADER
             } else {
                 log::say(&[b"no memory for the header guard; running without it"]);
