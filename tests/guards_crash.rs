@@ -44,12 +44,7 @@ fn run_fault(name: &str, options: &[&str], fault: &str, function: &str, marker: 
     let scratch = Scratch::new(&format!("guard_crash_{name}"));
     let prog = scratch.compile("crashes", CRASHES);
     let run = run_guarded(&scratch, options, &[prog.arg(), fault]);
-    assert_eq!(
-        (run.status(), run.stdout()),
-        (128 + 11, String::new()),
-        "the fault stops the program; stderr:\n{}",
-        run.stderr()
-    );
+    run.assert_stopped_by_sigsegv("the fault stops the program");
     let faults = FaultReport::load(&run.run.dir);
     let crash = faults
         .program_process()

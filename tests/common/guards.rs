@@ -180,6 +180,17 @@ impl GuardRun {
             .unwrap_or(-1)
     }
 
+    /// The program was stopped by SIGSEGV before it printed anything (`what` says why it
+    /// must have been).
+    pub fn assert_stopped_by_sigsegv(&self, what: &str) {
+        assert_eq!(
+            (self.status(), self.stdout()),
+            (128 + 11, String::new()),
+            "{what}; stderr:\n{}",
+            self.stderr()
+        );
+    }
+
     /// The test program's process found exactly the one error `e`, in guard mode `mode`.
     pub fn assert_one_error(&self, mode: &str, e: &Expected) {
         let p = self.report.program_process();
