@@ -61,6 +61,7 @@ mod profile_fd;
 mod profile_file;
 mod pushed;
 mod python_arenas;
+mod python_chain_key;
 mod python_code_cache;
 mod python_code_deaths;
 mod python_code_names;

@@ -21,6 +21,7 @@ use memwarden_abi::python::{self, python_frame};
 use memwarden_abi::MAX_DEPTH_LIMIT;
 
 use crate::pushed::Pushed;
+use crate::python_chain_key::chain_key;
 use crate::python_code_cache::CodeCache;
 use crate::python_code_deaths;
 use crate::python_codes::read_u64;
@@ -31,7 +32,7 @@ use crate::python_runtime::{self, PythonRuntime};
 use crate::python_stack_memo::MergeInputs;
 use crate::recorder::Recorder;
 use crate::thread_state::Guard;
-use crate::thread_unwinder::{with_code_cache, with_merged_memo};
+use crate::thread_unwinder::{with_chain_memo, with_code_cache, with_merged_memo};
 
 const MAX_DEPTH: usize = MAX_DEPTH_LIMIT as usize;
 /// Frames followed at most along one chain (a bound should the chain ever be corrupt).
@@ -80,7 +81,9 @@ impl PythonFrames {
 type Merged = Pushed<u64, MAX_DEPTH>;
 
 /// The stack to record for an allocation whose native stack is `native`: with the thread's
-/// Python frames put in, and `marker` (if any) as frame 0.
+/// Python frames put in, and `marker` (if any) as frame 0. A chain met before at the same
+/// deaths epoch with the same native stack and marker is found by its key
+/// (`python_chain_key`) without being merged again.
 #[inline]
 pub fn with_python_frames(
     recorder: &Recorder,
@@ -89,11 +92,49 @@ pub fn with_python_frames(
     marker: Option<u64>,
 ) -> u32 {
     let runtime = python_runtime::runtime();
+    // Read before any frame: a code object dying after it cannot be one these frames hold.
+    let deaths = python_code_deaths::tracked().then(python_code_deaths::epoch);
+    // SAFETY: the calling thread reads its own thread state.
+    let start = runtime.map_or(ChainStart::Empty, |runtime| unsafe { chain_start(runtime) });
+    let key = match (runtime, start, deaths) {
+        // SAFETY: `first` is this thread's current interpreter frame, read just now.
+        (Some(runtime), ChainStart::Frames(first), Some(epoch)) => unsafe {
+            chain_key(
+                &ChainOffsets::of(runtime.layout),
+                first,
+                native,
+                marker.unwrap_or(0),
+                epoch,
+            )
+        },
+        _ => None,
+    };
+    if let Some(merged) = key.and_then(|key| with_chain_memo(guard, |memo| memo.get(&key))) {
+        return merged;
+    }
+    let merged = merge(recorder, guard, runtime, start, deaths, native, marker);
+    if let Some(key) = key.filter(|_| merged != memwarden_abi::UNKNOWN_STACK_ID) {
+        with_chain_memo(guard, |memo| memo.put(&key, merged));
+    }
+    merged
+}
+
+/// [`with_python_frames`]'s work when the chain's key is not in the memo: the Python
+/// frames from `start` read into words, and merged with the native frames.
+fn merge(
+    recorder: &Recorder,
+    guard: &Guard,
+    runtime: Option<&PythonRuntime>,
+    start: ChainStart,
+    deaths: Option<u64>,
+    native: u32,
+    marker: Option<u64>,
+) -> u32 {
     let mut python = PythonFrames::new();
     if let Some(runtime) = runtime {
         with_code_cache(guard, |codes| {
-            // SAFETY: the calling thread reads its own thread state.
-            unsafe { read_frames(runtime, recorder, codes, &mut python) }
+            // SAFETY: the calling thread reads its own frames, from its chain's start.
+            unsafe { read_frames(runtime, recorder, codes, start, deaths, &mut python) }
         });
     }
     if python.count() == 0 {
@@ -226,52 +267,80 @@ fn started_by(recorder: &Recorder, native: u32, marker: Option<u64>, creator: u3
     recorder.intern(merged.as_slice())
 }
 
-/// Reads the calling thread's frame chain into `out`.
+/// Where the calling thread's frame chain starts.
+#[derive(Clone, Copy)]
+enum ChainStart {
+    /// No thread state, or no frame running.
+    Empty,
+    /// The current interpreter frame of a 3.11+ chain.
+    Frames(u64),
+    /// The current frame object of a 3.9 or 3.10 chain, and its `f_lasti` scale.
+    FrameObjects { first: u64, lasti_scale: u64 },
+}
+
+/// Where the calling thread's frame chain starts.
 ///
 /// # Safety
-/// Called by the thread whose frames are read, inside a hook: its frames cannot change
-/// while it is here, and each frame keeps its code object alive.
-unsafe fn read_frames(
-    runtime: &PythonRuntime,
-    recorder: &Recorder,
-    codes: &mut CodeCache,
-    out: &mut PythonFrames,
-) {
-    let l = runtime.layout;
+/// Called by the thread whose chain it is, inside a hook.
+unsafe fn chain_start(runtime: &PythonRuntime) -> ChainStart {
     let thread_state = runtime.this_thread_state() as u64;
     if thread_state == 0 {
-        return;
+        return ChainStart::Empty;
     }
-    // Read before any frame: a code object dying after it cannot be one these frames hold.
-    let deaths = python_code_deaths::tracked().then(python_code_deaths::epoch);
     // SAFETY: fields of this thread's live thread state and of its current C frame.
-    let mut frame = unsafe {
-        match l.current_frame {
+    let first = unsafe {
+        match runtime.layout.current_frame {
             CurrentFrame::ThroughCFrame {
                 cframe,
                 current_frame,
             } => {
                 let cframe = read_u64(thread_state + cframe as u64);
                 if cframe == 0 {
-                    return;
+                    return ChainStart::Empty;
                 }
                 read_u64(cframe + current_frame as u64)
             }
             CurrentFrame::Direct { current_frame } => read_u64(thread_state + current_frame as u64),
             CurrentFrame::FrameObjects { frame, lasti_scale } => {
-                let first = read_u64(thread_state + frame as u64);
-                return read_frame_objects(
-                    runtime,
-                    recorder,
-                    codes,
-                    deaths,
-                    first,
+                return ChainStart::FrameObjects {
+                    first: read_u64(thread_state + frame as u64),
                     lasti_scale,
-                    out,
-                );
+                };
             }
         }
     };
+    match first {
+        0 => ChainStart::Empty,
+        first => ChainStart::Frames(first),
+    }
+}
+
+/// Reads the calling thread's frame chain from `start` into `out`; `deaths` is the deaths
+/// epoch read before `start` was, if deaths are seen.
+///
+/// # Safety
+/// Called by the thread whose frames are read, inside a hook, with `start` read by it
+/// there: its frames cannot change while it is here, and each frame keeps its code object
+/// alive.
+unsafe fn read_frames(
+    runtime: &PythonRuntime,
+    recorder: &Recorder,
+    codes: &mut CodeCache,
+    start: ChainStart,
+    deaths: Option<u64>,
+    out: &mut PythonFrames,
+) {
+    let mut frame = match start {
+        ChainStart::Empty => return,
+        ChainStart::Frames(first) => first,
+        ChainStart::FrameObjects { first, lasti_scale } => {
+            // SAFETY: the caller's contract.
+            return unsafe {
+                read_frame_objects(runtime, recorder, codes, deaths, first, lasti_scale, out)
+            };
+        }
+    };
+    let l = runtime.layout;
     let at = ChainOffsets::of(l);
     let mut followed = 0;
     while frame != 0 && followed < MAX_CHAIN {

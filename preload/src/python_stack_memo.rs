@@ -28,7 +28,7 @@ pub struct MergedMemo {
 }
 
 /// What one merged stack is made of.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub struct MergeInputs {
     key: u64,
     native: u32,
@@ -39,20 +39,43 @@ impl MergeInputs {
     /// The inputs of a merge: the native stack's id, the marker (0 for none), the Python
     /// frame words innermost first, and where each native evaluation call's group ends.
     pub fn new(native: u32, marker: u64, words: &[u64], group_ends: &[u16]) -> MergeInputs {
-        let mut hash = 0x243f_6a88_85a3_08d3u64 ^ u64::from(native) ^ marker.rotate_left(32);
-        for &word in words {
-            hash = (hash.rotate_left(26) ^ word).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        }
-        for &end in group_ends {
-            hash = (hash.rotate_left(26) ^ u64::from(end)).wrapping_mul(0xc2b2_ae3d_27d4_eb4f);
-        }
+        let mut hash = KeyHash::new(native, marker);
+        words.iter().for_each(|&word| hash.add(word));
+        // Each end shifted past any word's top bits would put it elsewhere: the same words
+        // grouped otherwise hash otherwise.
+        group_ends
+            .iter()
+            .for_each(|&end| hash.add(u64::from(end).rotate_right(16)));
+        hash.finish(native, words.len() as u32)
+    }
+}
+
+/// A memo key being hashed: the native stack's id and the marker, then any number of words.
+pub struct KeyHash(u64);
+
+impl KeyHash {
+    #[inline(always)]
+    pub fn new(native: u32, marker: u64) -> KeyHash {
+        KeyHash(0x243f_6a88_85a3_08d3u64 ^ u64::from(native) ^ marker.rotate_left(32))
+    }
+
+    #[inline(always)]
+    pub fn add(&mut self, word: u64) {
+        self.0 = (self.0.rotate_left(26) ^ word).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+
+    /// The key of the inputs hashed, for a stack of native stack `native` and `frames`
+    /// Python frames.
+    #[inline(always)]
+    pub fn finish(self, native: u32, frames: u32) -> MergeInputs {
+        let mut hash = self.0;
         hash ^= hash >> 33;
         hash = hash.wrapping_mul(0xff51_afd7_ed55_8ccd);
         hash ^= hash >> 33;
         MergeInputs {
             key: hash | 1,
             native,
-            python_frames: words.len() as u32,
+            python_frames: frames,
         }
     }
 }

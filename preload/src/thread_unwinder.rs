@@ -1,5 +1,5 @@
 //! Interposed call → stack: each thread's unwinding state — the rule caches, the native
-//! stack memo, the previous walk, the memo of merged Python stacks and the cache of code
+//! stack memo, the previous walk, the memos of merged Python stacks and the cache of code
 //! records — made on the thread's first stack and freed when it exits.
 
 use core::sync::atomic::{AtomicU64, Ordering};
@@ -18,6 +18,8 @@ pub struct ThreadUnwinder {
     pub memo: Box<StackMemo>,
     /// Made on the thread's first Python stack: 96 KiB other threads never need.
     merged: Option<Box<MergedMemo>>,
+    /// Merged stacks by their frame chain's key (`python_chain_key`), made as `merged`.
+    chains: Option<Box<MergedMemo>>,
     /// Made on the thread's first Python stack, as `merged`.
     codes: Option<Box<CodeCache>>,
     pub previous: Box<Walk>,
@@ -65,6 +67,7 @@ fn first_thread_unwinder(slot: *mut u64) -> *mut ThreadUnwinder {
         rules: RuleCaches::new(),
         memo: StackMemo::boxed(),
         merged: None,
+        chains: None,
         codes: None,
         previous: Walk::boxed(),
         current: Walk::boxed(),
@@ -85,6 +88,14 @@ pub fn with_merged_memo<R>(guard: &Guard, use_memo: impl FnOnce(&mut MergedMemo)
     // the thread holding the guard uses it, and `use_memo` cannot reach it another way.
     let merged = unsafe { &mut (*thread_unwinder(guard)).merged };
     use_memo(merged.get_or_insert_with(MergedMemo::boxed))
+}
+
+/// Runs `use_memo` on this thread's memo of merged stacks by their chain's key.
+pub fn with_chain_memo<R>(guard: &Guard, use_memo: impl FnOnce(&mut MergedMemo) -> R) -> R {
+    // SAFETY: as `with_merged_memo`: this thread's own state, used only by the thread
+    // holding the guard.
+    let chains = unsafe { &mut (*thread_unwinder(guard)).chains };
+    use_memo(chains.get_or_insert_with(MergedMemo::boxed))
 }
 
 /// Runs `use_cache` on this thread's cache of code records.
