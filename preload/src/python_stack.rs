@@ -120,7 +120,11 @@ pub fn with_python_frames(
 }
 
 /// [`with_python_frames`]'s work when the chain's key is not in the memo: the Python
-/// frames from `start` read into words, and merged with the native frames.
+/// frames from `start` read into words, and merged with the native frames. Never inlined:
+/// its frame lists take 4.7 KiB of stack, whose probe and spills a key found in the memo
+/// would otherwise pay on every allocation (3.7% fewer first-level data-cache misses in the
+/// small-array loop, cachegrind).
+#[inline(never)]
 fn merge(
     recorder: &Recorder,
     guard: &Guard,
