@@ -1,8 +1,9 @@
-//! `memwarden run --guard …`: a program that dies of a fatal signal no guard names (a read
-//! of a page-guarded block long out of quarantine, a null pointer under the header guard)
-//! has its signal and the stack it died at in report.json's `crash` and in the summary;
-//! one a guard does name has both the heap error and the crash, at the same place. With
-//! `--fail` and a guard together, the fault stops the program rather than repeating.
+//! `memwarden run --guard …`: a program that dies of a fatal signal no guard names (a wild
+//! read in the page guard's range, a null pointer under the header guard) has its signal
+//! and the stack it died at in report.json's `crash` and in the summary; one a guard does
+//! name (an overflow, a read of a block long out of quarantine) has both the heap error and
+//! the crash, at the same place. With `--fail` and a guard together, the fault stops the
+//! program rather than repeating.
 
 mod common;
 use common::failures::{program_function, FaultReport};
@@ -21,6 +22,9 @@ NOINLINE long read_late(const char *p) {
     return sum;
 }
 NOINLINE void write_null(char *p) { p[3] = 1; /* write_null access */ }
+NOINLINE long read_wild(const char *p) {
+    return p[(size_t)1 << 38]; /* read_wild access */
+}
 NOINLINE void write_past_end(char *p, size_t n) {
     for (size_t i = 0; i <= n; i++) p[i] = (char)i; /* overflow access */
 }
@@ -31,6 +35,7 @@ int main(int argc, char **argv) {
     char *p = make_block(128);
     if (!strcmp(argv[1], "late")) { release(p); churn(); mwt_result = read_late(p); }
     else if (!strcmp(argv[1], "null")) write_null(mwt_null);
+    else if (!strcmp(argv[1], "wild")) mwt_result = read_wild(p);
     else if (!strcmp(argv[1], "overflow")) write_past_end(p, 128);
     else return 2;
     say("continued after the fault\n");
@@ -76,14 +81,43 @@ fn run_fault(name: &str, options: &[&str], fault: &str, function: &str, marker: 
 }
 
 #[test]
-fn a_read_of_a_block_out_of_quarantine_is_a_crash_where_it_happened() {
-    // Its pages are no longer the block's, so no guard names it; the stack still shows.
+fn a_read_of_a_block_out_of_quarantine_is_a_use_after_free_and_a_crash() {
+    // Its size and stacks left with it; its addresses, never handed out again, still say
+    // that a block freed before was there.
     let run = run_fault(
         "late",
         &["--guard", "page", "--quarantine", "4096"],
         "late",
         "read_late",
         "read_late access",
+    );
+    run.assert_one_error(
+        "page",
+        &Expected {
+            kind: "heap-use-after-free",
+            block_size: 0,
+            offset: 0,
+            stack: At::Function("read_late"),
+            alloc_stack: At::Unknown,
+            free_stack: At::Unknown,
+        },
+    );
+    let stderr = run.stderr();
+    assert!(
+        stderr.contains("lies in a block freed before and out of quarantine"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_wild_read_in_the_guard_range_is_a_crash_only() {
+    // Far past every block handed out: no block was ever there.
+    let run = run_fault(
+        "wild",
+        &["--guard", "page"],
+        "wild",
+        "read_wild",
+        "read_wild access",
     );
     let p = run.report.program_process();
     assert_eq!((p.error_count, p.errors.len()), (0, 0), "{}", run.stderr());

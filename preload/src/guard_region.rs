@@ -70,6 +70,11 @@ impl GuardRegion {
         address >= self.start && address < self.end
     }
 
+    /// Whether `address` lies in the part of the range already handed out.
+    pub fn handed_out(&self, address: u64) -> bool {
+        address >= self.start && address < self.next.load(Ordering::Acquire)
+    }
+
     /// `len` bytes (a multiple of the page size) of addresses never handed out before,
     /// still inaccessible; `None` once the range is used up.
     pub fn take(&self, len: u64) -> Option<u64> {

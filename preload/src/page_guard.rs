@@ -19,6 +19,9 @@ use crate::quarantine::Quarantine;
 use crate::recorder::Recorder;
 use crate::thread_state::fetch_add_unshared;
 
+#[path = "page_guard_faults.rs"]
+mod faults;
+
 /// One page-guarded block.
 struct PageBlock {
     user: u64,
@@ -401,68 +404,6 @@ impl PageGuard {
         let block = unsafe { Box::from_raw(record as *mut PageBlock) };
         self.unmap_block(block.map_start, block.map_len);
         self.guarded.fetch_sub(1, Ordering::Relaxed);
-    }
-
-    /// In the fault handler: if `address` lies in a guard page or a freed block, reports the
-    /// heap error (access stack `stack`) and returns true.
-    pub fn explain_fault(&self, recorder: &Recorder, address: u64, stack: u32) -> bool {
-        let page = page_size() as u64;
-        let found = self.error_in_block(address, stack, |block, offset| {
-            let in_guard = if self.settings.below {
-                address < block.map_start + page
-            } else {
-                address >= block.map_start + block.map_len - page
-            };
-            match (block.freed, in_guard, offset < 0) {
-                (true, _, _) => Some(error_kind::USE_AFTER_FREE),
-                (false, true, true) => Some(error_kind::HEAP_BUFFER_UNDERFLOW),
-                (false, true, false) => Some(error_kind::HEAP_BUFFER_OVERFLOW),
-                (false, false, _) => None,
-            }
-        });
-        match found {
-            Some(error) => {
-                heap_errors::report(recorder, &error);
-                true
-            }
-            None => false,
-        }
-    }
-
-    /// The heap error at `address`, found by the call or access at `stack`, in the block
-    /// whose mapping (guard page included) spans it: its kind as `kind_of` says from the
-    /// block and the address's offset from the block's first byte. `None` if no block the
-    /// guard holds spans `address`, or `kind_of` finds no error. Visits every block: only
-    /// for an error already found.
-    fn error_in_block(
-        &self,
-        address: u64,
-        stack: u32,
-        kind_of: impl Fn(&PageBlock, i64) -> Option<u32>,
-    ) -> Option<HeapError> {
-        let mut found: Option<HeapError> = None;
-        self.blocks.for_each(|_user, packed| {
-            if found.is_some() {
-                return;
-            }
-            let record = crate::address_map::Block::pack_public(packed);
-            // SAFETY: records in the map are live boxes.
-            let block = unsafe { &*(record as *const PageBlock) };
-            if address < block.map_start || address >= block.map_start + block.map_len {
-                return;
-            }
-            let offset = address as i64 - block.user as i64;
-            found = kind_of(block, offset).map(|kind| HeapError {
-                kind,
-                address,
-                block_size: block.size,
-                offset,
-                stack,
-                alloc_stack: block.alloc_stack,
-                free_stack: block.free_stack,
-            });
-        });
-        found
     }
 
     pub fn lock_for_fork(&self) {

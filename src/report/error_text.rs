@@ -120,6 +120,16 @@ fn location(
             ));
             return lines;
         }
+        // The page guard's addresses are never handed out twice: a fault on one that no
+        // block it holds spans was on a block freed and gone from its quarantine.
+        "heap-use-after-free" if !e.block_known() => {
+            lines.push(format!(
+                "  {} lies in a block freed before and out of quarantine (its size and stacks \
+                 are no longer kept; a larger --quarantine keeps them longer)",
+                e.address
+            ));
+            return lines;
+        }
         _ if !e.block_known() => {
             lines.push(format!(
                 "  {} is in no block memwarden holds (an address it never returned, or a block \

@@ -143,6 +143,13 @@ ERROR: memwarden: invalid-free on address 0x602000000074 in pid 1234
 SUMMARY: memwarden: invalid-free at overflow (bug.c:12)
 "
     );
+    let mut gone = error("heap-use-after-free", 0, 0);
+    gone.alloc_stack = None;
+    assert_eq!(
+        lines(&gone),
+        "  0x602000000074 lies in a block freed before and out of quarantine (its size and \
+         stacks are no longer kept; a larger --quarantine keeps them longer)"
+    );
     let mut alignment = error("invalid-alignment", 0, 3);
     alignment.alloc_stack = None;
     alignment.address = "0x0".to_owned();
