@@ -279,13 +279,12 @@ impl HeaderGuard {
         heap_errors::report(
             recorder,
             &HeapError {
-                kind: error_kind::HEAP_BUFFER_UNDERFLOW,
-                address: address - (FRONT_REDZONE + HEADER) as u64,
-                block_size: 0,
                 offset: -((FRONT_REDZONE + HEADER) as i64),
-                stack,
-                alloc_stack: UNKNOWN_STACK_ID,
-                free_stack: UNKNOWN_STACK_ID,
+                ..HeapError::without_block(
+                    error_kind::HEAP_BUFFER_UNDERFLOW,
+                    address - (FRONT_REDZONE + HEADER) as u64,
+                    stack,
+                )
             },
         );
     }

@@ -27,6 +27,22 @@ pub struct HeapError {
     pub free_stack: u32,
 }
 
+impl HeapError {
+    /// An error of `kind` at `address`, found by the call or access at `stack`, in no block
+    /// the preload knows (block size 0, no allocation or free stack).
+    pub fn without_block(kind: u32, address: u64, stack: u32) -> HeapError {
+        HeapError {
+            kind,
+            address,
+            block_size: 0,
+            offset: 0,
+            stack,
+            alloc_stack: UNKNOWN_STACK_ID,
+            free_stack: UNKNOWN_STACK_ID,
+        }
+    }
+}
+
 /// Records `error` in the profile and prints it on stderr.
 pub fn report(recorder: &Recorder, error: &HeapError) {
     record(recorder, error);

@@ -150,13 +150,8 @@ pub fn report_bad_alignment(caller: Caller, alignment: usize) {
     heap_errors::report(
         recorder,
         &HeapError {
-            kind: error_kind::INVALID_ALIGNMENT,
-            address: 0,
-            block_size: 0,
             offset: alignment as i64,
-            stack,
-            alloc_stack: UNKNOWN_STACK_ID,
-            free_stack: UNKNOWN_STACK_ID,
+            ..HeapError::without_block(error_kind::INVALID_ALIGNMENT, 0, stack)
         },
     );
     errno.restore();

@@ -348,15 +348,11 @@ impl PageGuard {
         // between blocks: no block is known.
         let error = self
             .error_in_block(address, stack, |_, _| Some(error_kind::INVALID_FREE))
-            .unwrap_or(HeapError {
-                kind: error_kind::INVALID_FREE,
+            .unwrap_or(HeapError::without_block(
+                error_kind::INVALID_FREE,
                 address,
-                block_size: 0,
-                offset: 0,
                 stack,
-                alloc_stack: UNKNOWN_STACK_ID,
-                free_stack: UNKNOWN_STACK_ID,
-            });
+            ));
         heap_errors::report(recorder, &error);
         Some(None)
     }

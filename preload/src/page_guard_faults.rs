@@ -3,7 +3,7 @@
 //! gone from it, found from the blocks the guard holds and the addresses its region handed
 //! out.
 
-use memwarden_abi::{error_kind, UNKNOWN_STACK_ID};
+use memwarden_abi::error_kind;
 
 use super::{PageBlock, PageGuard};
 use crate::heap_errors::{self, HeapError};
@@ -47,15 +47,11 @@ impl PageGuard {
         self.region
             .as_ref()
             .filter(|region| region.handed_out(address))?;
-        Some(HeapError {
-            kind: error_kind::USE_AFTER_FREE,
+        Some(HeapError::without_block(
+            error_kind::USE_AFTER_FREE,
             address,
-            block_size: 0,
-            offset: 0,
             stack,
-            alloc_stack: UNKNOWN_STACK_ID,
-            free_stack: UNKNOWN_STACK_ID,
-        })
+        ))
     }
 
     /// The heap error at `address`, found by the call or access at `stack`, in the block
