@@ -22,6 +22,9 @@ NOINLINE long read_late(const char *p) {
     return sum;
 }
 NOINLINE void write_null(char *p) { p[3] = 1; /* write_null access */ }
+NOINLINE long read_below(const char *p) {
+    return p[-5000]; /* read_below access */
+}
 NOINLINE long read_wild(const char *p) {
     return p[(size_t)1 << 38]; /* read_wild access */
 }
@@ -36,6 +39,7 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "late")) { release(p); churn(); mwt_result = read_late(p); }
     else if (!strcmp(argv[1], "null")) write_null(mwt_null);
     else if (!strcmp(argv[1], "wild")) mwt_result = read_wild(p);
+    else if (!strcmp(argv[1], "below")) mwt_result = read_below(p);
     else if (!strcmp(argv[1], "overflow")) write_past_end(p, 128);
     else return 2;
     say("continued after the fault\n");
@@ -106,6 +110,30 @@ fn a_read_of_a_block_out_of_quarantine_is_a_use_after_free_and_a_crash() {
     assert!(
         stderr.contains("lies in a block freed before and out of quarantine"),
         "{stderr}"
+    );
+}
+
+#[test]
+fn an_underflow_past_the_first_page_is_the_live_blocks_underflow() {
+    // Past the block's slack (a page less its 128 bytes) lies the page the range leaves
+    // between neighbours: still this block's, not one gone from quarantine.
+    let run = run_fault(
+        "below",
+        &["--guard", "page"],
+        "below",
+        "read_below",
+        "read_below access",
+    );
+    run.assert_one_error(
+        "page",
+        &Expected {
+            kind: "heap-buffer-underflow",
+            block_size: 128,
+            offset: -5000,
+            stack: At::Function("read_below"),
+            alloc_stack: At::Function("make_block"),
+            free_stack: At::Unknown,
+        },
     );
 }
 
