@@ -2,9 +2,10 @@
 //! reserves at start-up and carves its blocks from, each block at addresses never handed out
 //! before. A free of any address inside it is then the page guard's to judge, whether or not
 //! it still knows the block: a block freed long ago (out of quarantine, its pages given back)
-//! is still inside the range, never glibc's, and never read. Without the range, a second free
-//! of such a block read a malloc header on pages no longer mapped, and the program died of
-//! memwarden's read rather than being told of its double free.
+//! is still inside the range, never glibc's, and never read; a fault on an address already
+//! handed out that no block still spans is a touch of such a block. Without the range, a
+//! second free of such a block read a malloc header on pages no longer mapped, and the
+//! program died of memwarden's read rather than being told of its double free.
 
 use core::ffi::c_void;
 use core::sync::atomic::{AtomicU64, Ordering};
