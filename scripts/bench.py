@@ -4,7 +4,10 @@ docs/benchmarks.md. Not a test: figures depend on the machine and its load.
 
 For each workload (bench/churn.c, bench/threads.c, the sqlite3 shell on a generated
 script) it runs bare, under `memwarden run` and under `heaptrack`, interleaved, N times
-each (a round runs every tool on a workload back to back), and takes medians of:
+each (a round runs every tool on a workload back to back: in the order listed on even
+rounds and in the reverse order on odd ones, so that the machine's drift within a round,
+and whatever one tool leaves behind for the next, falls on both sides of a ratio alike),
+and takes medians of:
 - wall time, as a ratio to the bare run of the same round (the median of the per-round
   ratios: the machine's slow phases then hit both sides of a ratio alike), for the whole command
   and for the target process alone (from its start to its exit, measured inside it);
@@ -368,7 +371,7 @@ def main():
     samples = {w.name: {t: [] for t in w.tools} for w in workloads}
     for n in range(runs):
         for w in workloads:
-            for tool in w.tools:
+            for tool in w.tools if n % 2 == 0 else reversed(w.tools):
                 if (w.name, tool) in failures:
                     continue
                 try:

@@ -5,7 +5,7 @@
 //! the report.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::{Scope, ScopedJoinHandle};
 
 /// Work started on a thread of a scope, or done already on the calling thread because no
@@ -63,13 +63,19 @@ pub fn spawn_or_run<'scope, T: Send + 'scope>(
     }
 }
 
+/// The cores this process may use, asked once: the standard library reads the cgroup's
+/// CPU quota files at every call, and a report maps work over the processes four times.
+fn cores() -> usize {
+    static CORES: OnceLock<usize> = OnceLock::new();
+    *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
+
 /// `work` applied to each of `items`, the results in the items' order. The items are
 /// shared among as many threads as the machine has cores (never more than there are
 /// items); each thread takes the next item not yet taken, so one large item does not hold
 /// back the others. With one core or one item, all runs on the calling thread.
 pub(crate) fn map_in_order<T: Sync, R: Send>(items: &[T], work: impl Fn(&T) -> R + Sync) -> Vec<R> {
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let threads = cores.min(items.len());
+    let threads = cores().min(items.len());
     if threads <= 1 {
         return items.iter().map(work).collect();
     }
