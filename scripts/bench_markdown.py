@@ -121,7 +121,7 @@ def native_markdown(all_workloads, samples, runs: int) -> str:
         "# Benchmarks",
         "",
         f"Measured {today} by `scripts/bench.sh` ({runs} run{'s' if runs > 1 else ''} of each tool on each "
-        "workload, interleaved; each ratio is the median over rounds of the ratio within a round, "
+        "workload, interleaved, the tools in reverse order in odd rounds; each ratio is the median over rounds of the ratio within a round, "
         "where the runs compared were taken seconds apart; times and sizes are medians). These are "
         "measurements, not tests: the machine is shared and noisy (the same bare run varies by up to "
         "twice between rounds), so compare only ratios taken side by side in one run. The Python workloads, beside Fil and "
@@ -309,7 +309,7 @@ def python_markdown(workloads, samples, runs: int, versions: dict, notes: list, 
         "## Python",
         "",
         f"Measured {today} by `scripts/bench.sh` ({runs} run{'s' if runs > 1 else ''} of each tool on each "
-        f"workload, interleaved; ratios are medians of per-round ratios, as above){short}. As above, "
+        f"workload, interleaved, the tools in reverse order in odd rounds; ratios are medians of per-round ratios, as above){short}. As above, "
         "compare only ratios taken side by side in one run."
         + (
             " With so few runs, these figures show that the script works rather than measure anything."
