@@ -4,17 +4,16 @@
 //! and stacks, failures, crashes and errors name them by index (report.json's `frames`,
 //! since format 5).
 
-use std::hash::{BuildHasher, BuildHasherDefault};
 use std::ops::Range;
 use std::sync::{Mutex, PoisonError};
 
 use super::frame_pool::{FramePool, Lookup};
 use super::frames::Pooled;
 use super::json::{unknown_stack_frame, FrameReport};
+use super::same_frames::SameFrames;
 use crate::profile::{Module, Profile};
 use crate::python::{module_of_word, Holder};
-use crate::symbolize::{Frame, FrameKind, Symbolizer};
-use crate::word_map::{WordHasher, WordMap};
+use crate::symbolize::Symbolizer;
 
 /// A frame symbolized but not (yet) in the table.
 const NOT_SHOWN: u32 = u32::MAX;
@@ -26,77 +25,38 @@ pub(crate) struct FrameTable<'a> {
     symbolizer: &'a Mutex<Symbolizer>,
     /// Every frame symbolized so far, shown or not.
     pool: FramePool,
-    /// The table index of each pool frame, or [`NOT_SHOWN`] (none yet for the frames
-    /// symbolized since the last `show`).
+    /// Which pool frames are the same frame, and their report frames made ready.
+    same: SameFrames,
+    /// The table index of each pool frame that is the first of its kind
+    /// ([`SameFrames::first_of`]), or [`NOT_SHOWN`] (none yet for the frames symbolized
+    /// since the last `show`).
     shown: Vec<u32>,
     /// The table: the frames shown, each once.
     table: Vec<FrameReport>,
-    /// The address of each table frame (native frames), as a number.
-    table_addresses: Vec<Option<u64>>,
-    /// The last table frame entered of each hash of a [`SameFrame`]; `same_hash` chains
-    /// each to the one entered before it with that hash. Pool frames of different words
-    /// can be the same frame (a module compiled again gives the same lines new code
-    /// objects), and they are found without copying the pool frame to compare it.
-    by_hash: WordMap<u64, u32>,
-    same_hash: Vec<u32>,
-}
-
-/// What makes two frames of the table the same, borrowed from a pool frame or a table
-/// frame.
-#[derive(Hash, PartialEq)]
-struct SameFrame<'f> {
-    kind: FrameKind,
-    function: Option<&'f str>,
-    file: Option<&'f str>,
-    line: Option<u32>,
-    module: Option<&'f str>,
-    address: Option<u64>,
-    inlined: bool,
-}
-
-impl<'f> SameFrame<'f> {
-    fn of_pool(f: &'f Frame) -> Self {
-        SameFrame {
-            kind: f.kind,
-            function: f.function.as_deref(),
-            file: f.file.as_deref(),
-            line: f.line,
-            module: f.module.as_deref(),
-            address: (f.kind == FrameKind::Native).then_some(f.address),
-            inlined: f.inlined,
-        }
-    }
-
-    fn of_table(f: &'f FrameReport, address: Option<u64>) -> Self {
-        SameFrame {
-            kind: f.kind,
-            function: f.function.as_deref(),
-            file: f.file.as_deref(),
-            line: f.line,
-            module: f.module.as_deref(),
-            address,
-            inlined: f.inlined,
-        }
-    }
-
-    fn hash(&self) -> u64 {
-        BuildHasherDefault::<WordHasher>::default().hash_one(self)
-    }
+    /// The table index of the unknown stack's frame, once shown.
+    unknown: Option<u32>,
 }
 
 impl<'a> FrameTable<'a> {
     /// An empty table for `profile`'s frames.
     pub(crate) fn new(profile: &'a Profile, symbolizer: &'a Mutex<Symbolizer>) -> Self {
-        Self::with_pool(profile, symbolizer, FramePool::default())
+        Self::with_pool(
+            profile,
+            symbolizer,
+            FramePool::default(),
+            SameFrames::default(),
+        )
     }
 
-    /// An empty table for `profile`'s frames, whose pool starts as `pool`, made by the
-    /// look-ahead from the same process: the modules its words were symbolized in count
-    /// as the report's (for the warnings about modules without symbols).
+    /// An empty table for `profile`'s frames, whose pool starts as `pool`, with its
+    /// frames sorted so far in `same`, made by the look-ahead from the same process: the
+    /// modules its words were symbolized in count as the report's (for the warnings about
+    /// modules without symbols).
     pub(crate) fn taking_up(
         profile: &'a Profile,
         symbolizer: &'a Mutex<Symbolizer>,
         pool: FramePool,
+        same: SameFrames,
     ) -> Self {
         let mut modules: Vec<&Module> = pool
             .returned_words()
@@ -109,19 +69,23 @@ impl<'a> FrameTable<'a> {
             .into_iter()
             .for_each(|module| symbolizer_now.note_report_use(module));
         drop(symbolizer_now);
-        Self::with_pool(profile, symbolizer, pool)
+        Self::with_pool(profile, symbolizer, pool, same)
     }
 
-    fn with_pool(profile: &'a Profile, symbolizer: &'a Mutex<Symbolizer>, pool: FramePool) -> Self {
+    fn with_pool(
+        profile: &'a Profile,
+        symbolizer: &'a Mutex<Symbolizer>,
+        pool: FramePool,
+        same: SameFrames,
+    ) -> Self {
         FrameTable {
             profile,
             symbolizer,
             pool,
+            same,
             shown: Vec::new(),
             table: Vec::new(),
-            table_addresses: Vec::new(),
-            by_hash: WordMap::default(),
-            same_hash: Vec::new(),
+            unknown: None,
         }
     }
 
@@ -165,59 +129,29 @@ impl FrameTable<'_> {
         }
         pool.iter()
             .map(|&index| {
-                let slot = self.shown[index as usize];
+                let first = self.same.first_of(&self.pool, index, false);
+                let slot = self.shown[first as usize];
                 if slot != NOT_SHOWN {
                     return slot;
                 }
-                let frame = self.pool.frame(index);
-                let key = SameFrame::of_pool(frame);
-                let (hash, address) = (key.hash(), key.address);
-                let slot = match self.find(hash, &key) {
-                    Some(slot) => slot,
-                    None => {
-                        let report = report_frame(frame);
-                        self.enter(hash, report, address)
-                    }
-                };
-                self.shown[index as usize] = slot;
+                let slot = self.table.len() as u32;
+                self.table.push(self.same.take_report(&self.pool, first));
+                self.shown[first as usize] = slot;
                 slot
             })
             .collect()
     }
 
-    /// The table index of the single frame of the unknown stack.
+    /// The table index of the single frame of the unknown stack. No pool frame is the same
+    /// frame: a native pool frame has an address, the unknown stack's frame none.
     pub(crate) fn unknown_stack(&mut self) -> u32 {
-        let frame = unknown_stack_frame();
-        let key = SameFrame::of_table(&frame, None);
-        let hash = key.hash();
-        if let Some(slot) = self.find(hash, &key) {
+        if let Some(slot) = self.unknown {
             return slot;
         }
-        self.enter(hash, frame, None)
-    }
-
-    /// The table index of the frame `key`, whose hash is `hash`, if it is in the table.
-    fn find(&self, hash: u64, key: &SameFrame) -> Option<u32> {
-        let mut at = self.by_hash.get(&hash).copied().unwrap_or(NOT_SHOWN);
-        while at != NOT_SHOWN {
-            let entered = &self.table[at as usize];
-            if SameFrame::of_table(entered, self.table_addresses[at as usize]) == *key {
-                return Some(at);
-            }
-            at = self.same_hash[at as usize];
-        }
-        None
-    }
-
-    /// Enters `frame` (not in the table; its [`SameFrame`] hash `hash`, its address
-    /// `address`) at the table's end; its index.
-    fn enter(&mut self, hash: u64, frame: FrameReport, address: Option<u64>) -> u32 {
-        let next = self.table.len() as u32;
-        let before = self.by_hash.insert(hash, next).unwrap_or(NOT_SHOWN);
-        self.same_hash.push(before);
-        self.table.push(frame);
-        self.table_addresses.push(address);
-        next
+        let slot = self.table.len() as u32;
+        self.table.push(unknown_stack_frame());
+        self.unknown = Some(slot);
+        slot
     }
 
     /// The frame at table index `index` (one `show` or `unknown_stack` gave).
@@ -231,18 +165,6 @@ impl FrameTable<'_> {
     }
 }
 
-fn report_frame(f: &Frame) -> FrameReport {
-    FrameReport {
-        function: f.function.clone(),
-        file: f.file.clone(),
-        line: f.line,
-        module: f.module.clone(),
-        address: (f.kind == FrameKind::Native).then(|| format!("{:#x}", f.address)),
-        inlined: f.inlined,
-        kind: f.kind,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use memwarden_abi::python::{
@@ -251,6 +173,7 @@ mod tests {
 
     use super::*;
     use crate::profile::synthetic::{stack_record, ProfileBuilder, SyntheticCode};
+    use crate::symbolize::FrameKind;
 
     fn code() -> SyntheticCode {
         SyntheticCode {

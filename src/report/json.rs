@@ -296,7 +296,7 @@ fn process(
     // Stacks first: the table lists frames in the order the stacks (by peak) first use them.
     let (mut table, shown_ahead) = match made {
         Some(made) => (
-            FrameTable::taking_up(profile, symbolizer, made.pool),
+            FrameTable::taking_up(profile, symbolizer, made.pool, made.same),
             made.shown,
         ),
         None => (FrameTable::new(profile, symbolizer), Shown::default()),

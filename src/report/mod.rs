@@ -16,6 +16,7 @@ pub mod leak_gate;
 pub mod leaks;
 pub mod prune;
 pub mod read;
+mod same_frames;
 mod site;
 pub mod text;
 pub mod warm;

@@ -1,3 +1,6 @@
+//! Tests of pruning a process of many stacks: what stays whole, how the rest merge along
+//! the call tree, that every sum is kept, and a model that merges one frame at a time.
+
 use std::collections::HashSet;
 
 use proptest::prelude::*;

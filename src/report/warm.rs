@@ -15,6 +15,7 @@ use memwarden_abi::python::{self, FrameWord};
 
 use super::frame_pool::{FramePool, Lookup};
 use super::frames::{shown_pool, Pooled};
+use super::same_frames::SameFrames;
 use super::site;
 use crate::profile::{profile_paths, LiveProfile, Profile};
 use crate::python::{module_of_word, Holder};
@@ -140,12 +141,15 @@ pub struct Ahead {
     processes: Vec<ProcessAhead>,
 }
 
-/// What the look-ahead made of one process's stacks: its frame pool, and the pool frames
-/// each stack shows, for the stacks all of whose words could be resolved while it ran.
+/// What the look-ahead made of one process's stacks: its frame pool, which frames of the
+/// pool the picked stacks show are the same frame (with their report frames ready), and
+/// the pool frames each stack shows, for the stacks all of whose words could be resolved
+/// while it ran.
 pub(crate) struct ProcessAhead {
     /// The process's pid and start time.
     identity: (u32, u64),
     pub(crate) pool: FramePool,
+    pub(crate) same: SameFrames,
     pub(crate) shown: Shown,
 }
 
@@ -227,10 +231,12 @@ struct Followed {
     made: Made,
 }
 
-/// A process's frame pool and the pool frames of its stacks, by id, as they are made.
+/// A process's frame pool, its frames sorted into the frames they are, and the pool
+/// frames of its stacks, by id, as they are made.
 #[derive(Default)]
 struct Made {
     pool: FramePool,
+    same: SameFrames,
     shown: Shown,
 }
 
@@ -238,10 +244,11 @@ impl Followed {
     /// What was made of its stacks (nothing if its header was never read).
     fn into_ahead(self) -> Option<ProcessAhead> {
         let identity = self.live.identity()?;
-        let Made { pool, shown } = self.made;
+        let Made { pool, same, shown } = self.made;
         Some(ProcessAhead {
             identity,
             pool,
+            same,
             shown,
         })
     }
@@ -275,6 +282,9 @@ fn catch_up(
             if resolvable(live, words) {
                 let frames = shown_pool(&mut pooled, words, false);
                 let site = site::key_in(live.modules(), words);
+                for &frame in &frames {
+                    made.same.first_of(pooled.pool, frame, true);
+                }
                 made.shown.insert(*id, &frames, site);
             }
         }
