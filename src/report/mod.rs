@@ -26,7 +26,7 @@ use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 use crate::analysis::analyze;
-use crate::parallel::{spawn_or_run, Task};
+use crate::parallel::{map_in_order, spawn_or_run};
 use crate::profile::{load_dir, OutputDir};
 use crate::symbolize::Symbolizer;
 use crate::Error;
@@ -205,11 +205,12 @@ fn arenas_at_peak(process: &json::ProcessReport) -> bool {
 }
 
 /// Writes `report.json` and, per measure, `<measure>.folded` and `<measure>.svg` (the
-/// NumPy one too when there is no NumPy data: it then says so). Each file is written on a
-/// thread of its own: drawing a large profile's graphs is most of the report's time, the
-/// files do not depend on one another, and a measure's folded file and graph each take
-/// about as long (writing one thread per measure left a core idle while the largest
-/// measure finished).
+/// NumPy one too when there is no NumPy data: it then says so). report.json is written on a
+/// thread of its own while the collapsed lines are made; then the folded files and graphs,
+/// which do not depend on one another, are shared among a thread per core, the largest
+/// first. (Writing one thread per measure left a core idle while the largest measure
+/// finished; a thread per file made ten threads, each with a fresh malloc arena, on two
+/// cores.)
 pub fn write_files(dir: &Path, report: &Report) -> Result<Vec<PathBuf>, Error> {
     let json_path = dir.join(REPORT_FILE);
     let processes = report.processes.len();
@@ -228,20 +229,17 @@ pub fn write_files(dir: &Path, report: &Report) -> Result<Vec<PathBuf>, Error> {
             .map(|()| json_path.clone())
         });
         let collapsed = Collapsed::new(report);
-        let written = std::thread::scope(|scope| {
-            let threads: Vec<_> = Measure::ALL
-                .into_iter()
-                .flat_map(|measure| {
-                    let (collapsed, subtitle) = (&collapsed, &subtitle);
-                    [
-                        spawn_or_run(scope, move || write_folded(dir, collapsed, measure)),
-                        spawn_or_run(scope, move || {
-                            write_graph(dir, collapsed, measure, subtitle)
-                        }),
-                    ]
-                })
-                .collect();
-            threads.into_iter().map(Task::join).collect::<Vec<_>>()
+        // The measures' files in the order they are written: the allocated measure's
+        // first, as every stack allocated, so its folded file and graph are the largest,
+        // and started among the last they left one core idle while they finished.
+        let mut files: Vec<(Measure, bool)> = Measure::ALL
+            .into_iter()
+            .flat_map(|measure| [(measure, false), (measure, true)])
+            .collect();
+        files.sort_by_key(|&(measure, _)| measure != Measure::Allocated);
+        let written = map_in_order(&files, |&(measure, graph)| match graph {
+            false => write_folded(dir, &collapsed, measure),
+            true => write_graph(dir, &collapsed, measure, &subtitle),
         });
         let mut files = vec![json.join()?];
         for file in written {
