@@ -153,8 +153,10 @@ pub fn run(args: &RunArgs, colour: bool) -> Result<i32, String> {
         .get(&root)
         .map_or(UNKNOWN_STATUS, |exit| exit.shell_status());
     let gate_check = args.leak.check;
-    // Once loaded, the report no longer reads the profiles: they are compacted meanwhile.
-    let loaded = memwarden::profile::load_dir(&out_dir);
+    // Once loaded, the report no longer reads the profiles: they are compacted meanwhile
+    // (into new files: the ones loaded, whose frame areas are mapped, stay as they are).
+    // Every process is reaped, so none writes its profile any more.
+    let loaded = memwarden::profile::load_finished_dir(&out_dir);
     let rendered = std::thread::scope(|scope| {
         spawn_or_run(scope, || compact_profiles(&out_dir));
         if let (Some(_), Some(kept)) = (&python, &kept_bytecode) {

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use memwarden_abi::{PROFILE_EXTENSION, RAW_DIR};
 
-use super::{read_profile_file, Profile};
+use super::{read_finished_profile_file, read_profile_file, Profile};
 use crate::parallel::map_in_order;
 use crate::run_record::{RunRecord, RUN_RECORD_FILE};
 use crate::Error;
@@ -49,6 +49,22 @@ pub fn profile_paths(dir: &Path) -> Result<Vec<PathBuf>, Error> {
 
 /// Loads an output folder: all its profiles (any unreadable one is an error) and `run.json`.
 pub fn load_dir(dir: &Path) -> Result<OutputDir, Error> {
+    load_dir_with(dir, read_profile_file)
+}
+
+/// [`load_dir`] for a folder whose profiles are all finished: no process writes them any
+/// more, nor does anyone cut them short while they are loaded (`memwarden run`'s, once it
+/// has reaped every process). Their frame areas are mapped rather than read
+/// ([`super::FinishedFile`]).
+pub fn load_finished_dir(dir: &Path) -> Result<OutputDir, Error> {
+    load_dir_with(dir, read_finished_profile_file)
+}
+
+/// Loads an output folder, each profile read by `read`.
+fn load_dir_with(
+    dir: &Path,
+    read: impl Fn(&Path) -> Result<Profile, Error> + Sync,
+) -> Result<OutputDir, Error> {
     if !dir.is_dir() {
         let reason = if dir.exists() {
             "not a folder"
@@ -71,7 +87,7 @@ pub fn load_dir(dir: &Path) -> Result<OutputDir, Error> {
     if paths.is_empty() {
         return Err(Error::NoProfiles { path: raw });
     }
-    let profiles = map_in_order(&paths, |path| read_profile_file(path))
+    let profiles = map_in_order(&paths, |path| read(path))
         .into_iter()
         .collect::<Result<Vec<_>, _>>()?;
     let run_path = dir.join(RUN_RECORD_FILE);

@@ -22,13 +22,15 @@ use memwarden_abi::{flags, ErrorRecord, FailureRecord, StackRecord, MODULE_MAIN,
 use crate::Exit;
 
 pub use compact::compact_profile_file;
-pub use dir::{load_dir, profile_paths, OutputDir};
+pub use dir::{load_dir, load_finished_dir, profile_paths, OutputDir};
 pub use errors::guard_mode_name;
 pub use frame_words::FrameWords;
 pub use leaks::{leak_view_name, LeakCheck};
 pub use live::LiveProfile;
 pub use python::{python_version_text, PythonCode};
-pub use reader::{read_profile, read_profile_file, ProfileError, Source};
+pub use reader::{
+    read_finished_profile_file, read_profile, read_profile_file, FinishedFile, ProfileError, Source,
+};
 
 /// One process image as its profile file recorded it.
 #[derive(Clone, Debug)]

@@ -13,6 +13,7 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::Arc;
 
+use memmap2::{Mmap, MmapOptions};
 use memwarden_abi::{
     exit_kind, Header, ModuleRecord, StackRecord, BUILD_ID_CAPACITY, CRASH_DEPTH, FORMAT_VERSION,
     HEADER_SIZE, MODULE_PATH_CAPACITY, UNKNOWN_STACK_ID,
@@ -20,7 +21,7 @@ use memwarden_abi::{
 
 use super::errors::{error_region, parse_errors, parse_guard_mode};
 use super::failures::{failure_region, parse_crash, parse_failures};
-use super::frame_words::read_frame_area;
+use super::frame_words::{read_frame_area, FrameArea};
 use super::header::check_header;
 use super::leaks::{leak_region, parse_leaks};
 use super::plain::read_plain;
@@ -187,6 +188,35 @@ pub trait Source {
     fn size(&self) -> io::Result<u64>;
     /// Fills `buf` from `offset`; an error if the bytes are not all there.
     fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()>;
+    /// The `len` bytes at `offset` mapped, 8-byte aligned, when the source is a finished
+    /// file that nothing writes any more (a mapping of a file cut short faults on access);
+    /// `None` to have them read.
+    fn map_finished(&self, _offset: u64, _len: u64) -> Option<Mmap> {
+        None
+    }
+}
+
+/// A profile file whose process is gone, and that nothing else writes or cuts short while
+/// it is read (`memwarden run`'s, once it has reaped every process): its frame area is
+/// mapped rather than read.
+pub struct FinishedFile(pub File);
+
+impl Source for FinishedFile {
+    fn size(&self) -> io::Result<u64> {
+        self.0.size()
+    }
+
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        Source::read_exact_at(&self.0, buf, offset)
+    }
+
+    fn map_finished(&self, offset: u64, len: u64) -> Option<Mmap> {
+        let len = usize::try_from(len).ok().filter(|&len| len > 0)?;
+        // SAFETY: the file is finished (this type's contract): no one writes or truncates
+        // it while the mapping lives, so the bytes the mapping shows stay the file's.
+        let map = unsafe { MmapOptions::new().offset(offset).len(len).map(&self.0) }.ok()?;
+        map.as_ptr().cast::<u64>().is_aligned().then_some(map)
+    }
 }
 
 impl Source for File {
@@ -216,12 +246,22 @@ impl Source for [u8] {
 
 /// Reads and validates the profile file at `path`.
 pub fn read_profile_file(path: &Path) -> Result<Profile, Error> {
+    read_profile_at(path, |file| file)
+}
+
+/// [`read_profile_file`] for a [`FinishedFile`].
+pub fn read_finished_profile_file(path: &Path) -> Result<Profile, Error> {
+    read_profile_at(path, FinishedFile)
+}
+
+/// Opens the profile file at `path` and reads it as the source `open` makes of it.
+fn read_profile_at<S: Source>(path: &Path, open: impl FnOnce(File) -> S) -> Result<Profile, Error> {
     let wrap = |source| Error::Profile {
         path: path.to_owned(),
         source,
     };
     let file = File::open(path).map_err(|e| wrap(e.into()))?;
-    let mut profile = read_profile(&file).map_err(wrap)?;
+    let mut profile = read_profile(&open(file)).map_err(wrap)?;
     profile.path = path.to_owned();
     Ok(profile)
 }
@@ -372,7 +412,7 @@ pub(super) fn parse_modules(bytes: &[u8], count: u64) -> Result<Vec<Module>, Pro
 /// frames ignored) and every published record, with frames checked against the area.
 fn parse_stacks(
     bytes: &[u8],
-    frames: &Arc<Vec<u64>>,
+    frames: &Arc<FrameArea>,
     header: &Header,
 ) -> Result<Vec<Stack>, ProfileError> {
     let mut stacks = Vec::with_capacity(bytes.len() / size_of::<StackRecord>());

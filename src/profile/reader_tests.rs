@@ -361,3 +361,24 @@ fn files_are_read_from_disk_and_errors_name_them() {
     let message = read_profile_file(&missing).unwrap_err().to_string();
     assert!(message.starts_with(&format!("{}: cannot read: ", missing.display())));
 }
+
+#[test]
+fn a_finished_file_reads_as_the_same_profile_its_frames_mapped() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("1.mwp");
+    std::fs::write(&path, sample().build()).unwrap();
+    let read = read_profile_file(&path).unwrap();
+    let finished = read_finished_profile_file(&path).unwrap();
+    assert_eq!(format!("{finished:?}"), format!("{read:?}"));
+    assert_eq!(
+        &*finished.stacks[1].frames,
+        [0x5555_0000_1234, 0x5555_0000_2000]
+    );
+    // The mapping outlives the file's name: compaction replaces the file while the
+    // report still reads the profile it loaded.
+    std::fs::remove_file(&path).unwrap();
+    assert_eq!(&*finished.stacks[2].frames, [0x7f00_0000_1500]);
+    // A file that is not whole is refused as when it is read.
+    std::fs::write(&path, b"short").unwrap();
+    assert!(read_finished_profile_file(&path).is_err());
+}
