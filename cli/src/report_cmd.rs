@@ -19,12 +19,12 @@ pub fn report(args: &ReportArgs, colour: bool) -> Result<(), memwarden::Error> {
         all_stacks: args.all_stacks,
         ..Default::default()
     };
-    let loaded = memwarden::profile::load_dir(&args.dir)?;
+    let mut loaded = memwarden::profile::load_dir(&args.dir)?;
     let mut symbolizer = Symbolizer::with_disk_cache(options.symbol_cache.clone());
     let nothing_ahead = memwarden::report::warm::Ahead::default();
     let done = memwarden::report::generate_loaded(
         &args.dir,
-        &loaded,
+        &mut loaded,
         &options,
         &mut symbolizer,
         nothing_ahead,

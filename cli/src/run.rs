@@ -156,7 +156,7 @@ pub fn run(args: &RunArgs, colour: bool) -> Result<i32, String> {
     // Once loaded, the report no longer reads the profiles: they are compacted meanwhile
     // (into new files: the ones loaded, whose frame areas are mapped, stay as they are).
     // Every process is reaped, so none writes its profile any more.
-    let loaded = memwarden::profile::load_finished_dir(&out_dir);
+    let mut loaded = memwarden::profile::load_finished_dir(&out_dir);
     let rendered = std::thread::scope(|scope| {
         spawn_or_run(scope, || compact_profiles(&out_dir));
         if let (Some(_), Some(kept)) = (&python, &kept_bytecode) {
@@ -169,7 +169,7 @@ pub fn run(args: &RunArgs, colour: bool) -> Result<i32, String> {
             symbol_cache,
             all_stacks: args.all_stacks,
         };
-        render_report(&out_dir, &loaded, &mut symbolizer, ahead, &options)
+        render_report(&out_dir, &mut loaded, &mut symbolizer, ahead, &options)
     });
     let found = match &rendered {
         Some((found, _)) => *found,
@@ -215,13 +215,13 @@ struct Found {
 /// there is no report.
 fn render_report(
     out_dir: &Path,
-    loaded: &Result<OutputDir, memwarden::Error>,
+    loaded: &mut Result<OutputDir, memwarden::Error>,
     symbolizer: &mut Symbolizer,
     ahead: Ahead,
     options: &memwarden::report::Options,
 ) -> Option<(Found, Generated)> {
     let generated = loaded
-        .as_ref()
+        .as_mut()
         .map_err(|e| e.to_string())
         .and_then(|loaded| {
             memwarden::report::generate_loaded(out_dir, loaded, options, symbolizer, ahead)

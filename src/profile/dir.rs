@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use memwarden_abi::{PROFILE_EXTENSION, RAW_DIR};
 
-use super::{read_finished_profile_file, read_profile_file, Profile};
+use super::{read_finished_profile_file, read_profile_file, FrameWords, Profile};
 use crate::parallel::map_in_order;
 use crate::run_record::{RunRecord, RUN_RECORD_FILE};
 use crate::Error;
@@ -21,6 +21,18 @@ pub struct OutputDir {
     /// The CLI's `run.json`, if the folder has one (it does not when the preload was
     /// used without the CLI).
     pub run: Option<RunRecord>,
+}
+
+impl OutputDir {
+    /// Takes every stack's frame words out of the profiles (each stack keeps its record),
+    /// so that dropping them lets go of the frame areas.
+    pub fn take_frames(&mut self) -> Vec<FrameWords> {
+        self.profiles
+            .iter_mut()
+            .flat_map(|profile| profile.stacks.iter_mut())
+            .map(|stack| std::mem::take(&mut stack.frames))
+            .collect()
+    }
 }
 
 /// The profile files in `dir/raw`, sorted by name.

@@ -86,8 +86,15 @@ fn look_once(dir: &Path) -> (Symbolizer, Ahead) {
 
 /// The report of `dir` taking up `ahead`: report.json's text and the summary.
 fn report_taking_up(dir: &Path, (mut symbolizer, ahead): (Symbolizer, Ahead)) -> (String, String) {
-    let loaded = load_dir(dir).unwrap();
-    let done = generate_loaded(dir, &loaded, &Options::default(), &mut symbolizer, ahead).unwrap();
+    let mut loaded = load_dir(dir).unwrap();
+    let done = generate_loaded(
+        dir,
+        &mut loaded,
+        &Options::default(),
+        &mut symbolizer,
+        ahead,
+    )
+    .unwrap();
     (
         fs::read_to_string(dir.join("report.json")).unwrap(),
         done.summary,

@@ -90,7 +90,7 @@ pub fn generate(dir: &Path, options: &Options) -> Result<Generated, Error> {
     let mut symbolizer = Symbolizer::with_disk_cache(options.symbol_cache.clone());
     generate_loaded(
         dir,
-        &load_dir(dir)?,
+        &mut load_dir(dir)?,
         options,
         &mut symbolizer,
         Ahead::default(),
@@ -101,10 +101,14 @@ pub fn generate(dir: &Path, options: &Options) -> Result<Generated, Error> {
 /// read again), with a symbolizer that may have symbols loaded already and what the
 /// look-ahead made of the stacks ([`warm::symbolize_ahead`]; `Ahead::default()` for
 /// nothing). The folder and symbolizer stay the caller's: a caller about to exit may
-/// leave them to the kernel rather than free them (see `memwarden run`).
+/// leave them to the kernel rather than free them (see `memwarden run`). Once the report
+/// is built, the profiles' frame words are let go of ([`OutputDir::take_frames`]) while the
+/// files are written: a frame area `memwarden run` mapped is then unmapped on a thread of
+/// its own, and with it, once compaction has replaced its file, the old file freed (about
+/// 2 ms for the NumPy benchmark's), rather than when the CLI exits.
 pub fn generate_loaded(
     dir: &Path,
-    loaded: &OutputDir,
+    loaded: &mut OutputDir,
     options: &Options,
     symbolizer: &mut Symbolizer,
     ahead: Ahead,
@@ -128,8 +132,10 @@ pub fn generate_loaded(
         report.processes.iter_mut().for_each(prune::prune);
     }
     let cache_writes = symbolizer.disk_cache_writes();
+    let frames = loaded.take_frames();
     let files = std::thread::scope(|scope| {
         spawn_or_run(scope, || cache_writes.save());
+        spawn_or_run(scope, move || drop(frames));
         write_files(dir, &report)
     })?;
 
