@@ -6,12 +6,13 @@
 //! the lines.
 
 use std::cmp::Ordering;
+use std::hash::{BuildHasher, BuildHasherDefault};
 use std::io::{self, Write};
 
 use super::flamegraph::MIN_WIDTH_PERCENT;
 use super::folded::{counts_as_leaked, process_label, sanitize, Measure};
 use super::json::Report;
-use crate::word_map::WordMap;
+use crate::word_map::{WordHasher, WordMap};
 
 /// Frames narrower than this share of the narrowest frame drawn are cut off. Below one, so that a
 /// frame at the edge is left for inferno to decide.
@@ -42,13 +43,27 @@ pub struct Collapsed<'r> {
 impl<'r> Collapsed<'r> {
     /// The lines of every stack of `report`.
     pub fn new(report: &'r Report) -> Self {
-        let mut labels = Vec::new();
-        let mut index: WordMap<String, u32> = WordMap::default();
+        let mut labels: Vec<String> = Vec::new();
+        // Each label's id, found by the label's hash: the label itself is kept once, in
+        // `labels` (a map keyed by the text kept a second copy of each).
+        // `same_hash` chains each label to the one kept before it with the same hash.
+        let mut last_of_hash: WordMap<u64, u32> = WordMap::default();
+        let mut same_hash: Vec<u32> = Vec::new();
         let mut intern = |label: String| {
-            *index.entry(label).or_insert_with_key(|label| {
-                labels.push(label.clone());
-                labels.len() as u32 - 1
-            })
+            let hash = BuildHasherDefault::<WordHasher>::default().hash_one(label.as_str());
+            let last = last_of_hash.get(&hash).copied().unwrap_or(u32::MAX);
+            let mut at = last;
+            while at != u32::MAX {
+                if labels[at as usize] == label {
+                    return at;
+                }
+                at = same_hash[at as usize];
+            }
+            let id = labels.len() as u32;
+            labels.push(label);
+            same_hash.push(last);
+            last_of_hash.insert(hash, id);
+            id
         };
         // Each line holds its root and its frames: sized once, not grown by doubling (a
         // large profile's lines hold millions of ids).
@@ -255,8 +270,9 @@ struct Labels {
 impl Labels {
     fn new(text: Vec<String>) -> Labels {
         let mut order: Vec<u32> = (0..text.len() as u32).collect();
-        let key = |id: u32| text[id as usize].as_bytes().iter().chain(b";");
-        order.sort_unstable_by(|&x, &y| key(x).cmp(key(y)));
+        order.sort_unstable_by(|&x, &y| {
+            followed_by_separator(text[x as usize].as_bytes(), text[y as usize].as_bytes())
+        });
         let mut rank = vec![0; text.len()];
         for (place, &id) in order.iter().enumerate() {
             rank[id as usize] = place as u32;
@@ -278,6 +294,20 @@ impl Labels {
             return self.rank[x].cmp(&self.rank[y]);
         }
         compare_text(&self.text, a, b, i)
+    }
+}
+
+/// The order of `a;` and `b;`, compared a slice at a time (byte by byte through a chained
+/// iterator, sorting the NumPy benchmark's 3,900 labels took 1.9 ms).
+fn followed_by_separator(a: &[u8], b: &[u8]) -> Ordering {
+    let common = a.len().min(b.len());
+    match a[..common].cmp(&b[..common]) {
+        Ordering::Equal => match (a.get(common), b.get(common)) {
+            (None, None) => Ordering::Equal,
+            (None, Some(&next)) => b';'.cmp(&next),
+            (Some(&next), _) => next.cmp(&b';'),
+        },
+        unequal => unequal,
     }
 }
 

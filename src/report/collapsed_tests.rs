@@ -52,6 +52,20 @@ fn lines_compare_as_their_text_does() {
     }
 }
 
+#[test]
+fn labels_order_as_they_do_followed_by_a_separator() {
+    for a in &labels() {
+        for b in &labels() {
+            let naive = format!("{a};").cmp(&format!("{b};"));
+            assert_eq!(
+                followed_by_separator(a.as_bytes(), b.as_bytes()),
+                naive,
+                "{a:?} vs {b:?}"
+            );
+        }
+    }
+}
+
 /// The frames inferno would draw from `lines` (text, count), sorted: each frame as its
 /// path of names and its width, for frames at least `min` wide.
 fn drawn(lines: &str, min: u64) -> BTreeMap<String, u64> {
