@@ -99,6 +99,20 @@ pub struct SyntheticCode {
     pub line_table: Vec<u8>,
 }
 
+impl SyntheticCode {
+    /// Function `name` (its qualified name too) of `filename`, from line 1, with no line
+    /// table: its frame words carry their lines resolved.
+    pub fn function(filename: &str, name: &str) -> SyntheticCode {
+        SyntheticCode {
+            filename: filename.into(),
+            name: name.into(),
+            qualname: name.into(),
+            first_line: 1,
+            line_table: vec![],
+        }
+    }
+}
+
 /// Builds the bytes of a profile file.
 #[derive(Clone)]
 pub struct ProfileBuilder {

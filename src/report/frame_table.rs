@@ -176,13 +176,7 @@ mod tests {
     use crate::symbolize::FrameKind;
 
     fn code() -> SyntheticCode {
-        SyntheticCode {
-            filename: "/w/a.py".into(),
-            name: "f".into(),
-            qualname: "f".into(),
-            first_line: 1,
-            line_table: vec![],
-        }
+        SyntheticCode::function("/w/a.py", "f")
     }
 
     fn profile() -> Profile {

@@ -126,13 +126,7 @@ mod tests {
     use crate::report::frame_pool::Lookup;
 
     fn code() -> SyntheticCode {
-        SyntheticCode {
-            filename: "/w/a.py".into(),
-            name: "f".into(),
-            qualname: "f".into(),
-            first_line: 1,
-            line_table: vec![],
-        }
+        SyntheticCode::function("/w/a.py", "f")
     }
 
     /// A pool holding, in order: line 3 of a code object, the same line of a second code
