@@ -238,12 +238,12 @@ pub fn write_files(dir: &Path, report: &Report) -> Result<Vec<PathBuf>, Error> {
         // The measures' files in the order they are written: the allocated measure's
         // first, as every stack allocated, so its folded file and graph are the largest,
         // and started among the last they left one core idle while they finished.
-        let mut files: Vec<(Measure, bool)> = Measure::ALL
+        let mut order: Vec<(Measure, bool)> = Measure::ALL
             .into_iter()
             .flat_map(|measure| [(measure, false), (measure, true)])
             .collect();
-        files.sort_by_key(|&(measure, _)| measure != Measure::Allocated);
-        let written = map_in_order(&files, |&(measure, graph)| match graph {
+        order.sort_by_key(|&(measure, _)| measure != Measure::Allocated);
+        let written = map_in_order(&order, |&(measure, graph)| match graph {
             false => write_folded(dir, &collapsed, measure),
             true => write_graph(dir, &collapsed, measure, &subtitle),
         });
