@@ -27,6 +27,17 @@ pub enum Category {
     Numpy,
 }
 
+impl Category {
+    /// Its name in report.json, as serde writes it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Category::Native => "native",
+            Category::Python => "python",
+            Category::Numpy => "numpy",
+        }
+    }
+}
+
 /// NumPy array data in one process.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NumpyFigures {

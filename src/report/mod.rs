@@ -12,6 +12,7 @@ mod frame_pool;
 mod frame_table;
 mod frames;
 pub mod json;
+mod json_write;
 pub mod leak_gate;
 pub mod leaks;
 pub mod prune;
@@ -229,7 +230,7 @@ pub fn write_files(dir: &Path, report: &Report) -> Result<Vec<PathBuf>, Error> {
     std::thread::scope(|scope| {
         let json = spawn_or_run(scope, || {
             write_file(&json_path, |out| {
-                serde_json::to_writer(&mut *out, report)?;
+                json_write::write_report(&mut *out, report)?;
                 out.write_all(b"\n")
             })
             .map(|()| json_path.clone())

@@ -72,6 +72,18 @@ pub enum FrameKind {
     Elided,
 }
 
+impl FrameKind {
+    /// Its name in report.json, as serde writes it.
+    pub fn name(self) -> &'static str {
+        match self {
+            FrameKind::Native => "native",
+            FrameKind::Python => "python",
+            FrameKind::Arena => "arena",
+            FrameKind::Elided => "elided",
+        }
+    }
+}
+
 /// A module file and its identity: the same path with another build id is another file.
 type ModuleKey = (String, Vec<u8>);
 
