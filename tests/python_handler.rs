@@ -14,7 +14,9 @@ use common::python::*;
 use common::*;
 
 /// Prints the handler NumPy gives arrays made in the main thread, a `threading.Thread` and
-/// a thread pool, then `sys.path` and where `sitecustomize` came from.
+/// a thread pool, NumPy's floating-point error state (as it stands, inside `np.errstate`
+/// and after it) and whether the importing context holds it, then `sys.path` and where
+/// `sitecustomize` came from.
 const SCRIPT: &str = r#"import json, sys, threading
 from concurrent.futures import ThreadPoolExecutor
 import numpy as np
@@ -38,6 +40,13 @@ thread.join()
 print("thread", seen[0])
 with ThreadPoolExecutor(2) as pool:
     print("pool", pool.submit(in_pool).result())
+import contextvars
+from numpy._core import _multiarray_umath as core
+print("errors", json.dumps(np.geterr(), sort_keys=True))
+with np.errstate(all="raise"):
+    print("errors-raised", json.dumps(np.geterr(), sort_keys=True))
+print("errors-after", json.dumps(np.geterr(), sort_keys=True))
+print("state-held", core._extobj_contextvar in contextvars.copy_context())
 print("path", json.dumps(sys.path))
 print("sitecustomize", getattr(sys.modules.get("sitecustomize"), "__file__", None))
 "#;
@@ -138,6 +147,15 @@ fn arrays_go_through_memwarden_in_every_thread_and_the_users_sitecustomize_runs(
     let bare_stdout = bare.stdout_text();
     assert_eq!(value(&bare_stdout, "main"), ["default_allocator"]);
     assert_eq!(value(&stdout, "path"), value(&bare_stdout, "path"));
+    // The error state the program sees is NumPy's own, in and out of `np.errstate`; under
+    // memwarden the importing context holds it (so that each ufunc call reads it from
+    // CPython's cache, as a thread without a context does bare).
+    for key in ["errors", "errors-raised", "errors-after"] {
+        assert_eq!(value(&stdout, key), value(&bare_stdout, key), "{key}");
+        assert_eq!(value(&stdout, key).len(), 1, "{key}:\n{stdout}");
+    }
+    assert_eq!(value(&stdout, "state-held"), ["True"], "{stdout}");
+    assert_eq!(value(&bare_stdout, "state-held"), ["False"], "{bare_stdout}");
     assert_eq!(
         value(&stdout, "sitecustomize"),
         value(&bare_stdout, "sitecustomize")
