@@ -155,7 +155,11 @@ fn arrays_go_through_memwarden_in_every_thread_and_the_users_sitecustomize_runs(
         assert_eq!(value(&stdout, key).len(), 1, "{key}:\n{stdout}");
     }
     assert_eq!(value(&stdout, "state-held"), ["True"], "{stdout}");
-    assert_eq!(value(&bare_stdout, "state-held"), ["False"], "{bare_stdout}");
+    assert_eq!(
+        value(&bare_stdout, "state-held"),
+        ["False"],
+        "{bare_stdout}"
+    );
     assert_eq!(
         value(&stdout, "sitecustomize"),
         value(&bare_stdout, "sitecustomize")

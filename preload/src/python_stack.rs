@@ -20,6 +20,7 @@
 use memwarden_abi::python::{self, python_frame};
 use memwarden_abi::MAX_DEPTH_LIMIT;
 
+use crate::own_stack::on_own_stack;
 use crate::pushed::Pushed;
 use crate::python_chain_key::chain_key;
 use crate::python_code_cache::CodeCache;
@@ -112,11 +113,29 @@ pub fn with_python_frames(
     if let Some(merged) = key.and_then(|key| with_chain_memo(guard, |memo| memo.get(&key))) {
         return merged;
     }
-    let merged = merge(recorder, guard, runtime, start, deaths, native, marker);
+    let merged = merge_on_own_stack(recorder, guard, runtime, start, deaths, native, marker);
     if let Some(key) = key.filter(|_| merged != memwarden_abi::UNKNOWN_STACK_ID) {
         with_chain_memo(guard, |memo| memo.put(&key, merged));
     }
     merged
+}
+
+/// [`merge`] on the thread's own stack, since its frame lists take kilobytes of it. Out of
+/// line, so that a key found in the memo leaves a small frame on the caller's stack.
+#[cold]
+#[inline(never)]
+fn merge_on_own_stack(
+    recorder: &Recorder,
+    guard: &Guard,
+    runtime: Option<&PythonRuntime>,
+    start: ChainStart,
+    deaths: Option<u64>,
+    native: u32,
+    marker: Option<u64>,
+) -> u32 {
+    on_own_stack(guard, || {
+        merge(recorder, guard, runtime, start, deaths, native, marker)
+    })
 }
 
 /// [`with_python_frames`]'s work when the chain's key is not in the memo: the Python

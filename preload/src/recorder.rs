@@ -73,20 +73,24 @@ impl Recorder {
 
     /// The id of the caller's stack (captured and interned), with the thread's Python
     /// frames put in where it runs Python, and the caller's marker first.
+    ///
+    /// A stack met before (the memos' hits, nearly every allocation of a loop) is found on
+    /// the caller's own stack, in a few hundred bytes of it. The work that needs kilobytes
+    /// — a walk, interning, the merge with Python frames, a thread's first tables — moves
+    /// to the thread's own stack where it is done (`own_stack`). Switching for every
+    /// allocation cost the switch itself and the own stack's lines, written anew each time
+    /// after the program had pushed them out of the caches.
     pub fn stack_of(&self, guard: &Guard, caller: Caller) -> u32 {
-        own_stack::on_own_stack(guard, || self.capture(guard, caller))
-    }
-
-    /// [`stack_of`](Self::stack_of)'s work, on whichever stack it runs.
-    fn capture(&self, guard: &Guard, caller: Caller) -> u32 {
         let depth = self.config.max_depth();
         let below_python = python_runtime::runtime()
             .map(|runtime| python_native_cut::BelowPython::new(runtime, guard, caller.sp));
-        let intern = |frames: &[u64]| match &below_python {
-            Some(below) => {
-                python_native_cut::interned_cut(below, frames, depth, |kept| self.intern(kept))
-            }
-            None => self.intern(frames),
+        let intern = |frames: &[u64]| {
+            own_stack::on_own_stack(guard, || match &below_python {
+                Some(below) => {
+                    python_native_cut::interned_cut(below, frames, depth, |kept| self.intern(kept))
+                }
+                None => self.intern(frames),
+            })
         };
         let limit = WalkLimit::new(depth, below_python.as_ref());
         let native = unwind::caller_stack(guard, caller, &limit, &intern);

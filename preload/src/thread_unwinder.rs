@@ -54,7 +54,8 @@ pub fn thread_unwinder(guard: &Guard) -> *mut ThreadUnwinder {
     let slot = guard.unwind_cache_slot();
     // SAFETY: the slot is this thread's; it holds 0 or a pointer made by Box::into_raw here.
     match unsafe { *slot } {
-        0 => first_thread_unwinder(slot),
+        // Built by value, rule caches and all: kilobytes of stack.
+        0 => crate::own_stack::on_own_stack(guard, || first_thread_unwinder(slot)),
         made => made as *mut ThreadUnwinder,
     }
 }
@@ -87,7 +88,7 @@ pub fn with_merged_memo<R>(guard: &Guard, use_memo: impl FnOnce(&mut MergedMemo)
     // SAFETY: this thread's own state, made on first use and freed only at its exit; only
     // the thread holding the guard uses it, and `use_memo` cannot reach it another way.
     let merged = unsafe { &mut (*thread_unwinder(guard)).merged };
-    use_memo(merged.get_or_insert_with(MergedMemo::boxed))
+    use_memo(made(merged, MergedMemo::boxed))
 }
 
 /// Runs `use_memo` on this thread's memo of merged stacks by their chain's key.
@@ -95,7 +96,7 @@ pub fn with_chain_memo<R>(guard: &Guard, use_memo: impl FnOnce(&mut MergedMemo) 
     // SAFETY: as `with_merged_memo`: this thread's own state, used only by the thread
     // holding the guard.
     let chains = unsafe { &mut (*thread_unwinder(guard)).chains };
-    use_memo(chains.get_or_insert_with(MergedMemo::boxed))
+    use_memo(made(chains, MergedMemo::boxed))
 }
 
 /// Runs `use_cache` on this thread's cache of code records.
@@ -103,5 +104,27 @@ pub fn with_code_cache<R>(guard: &Guard, use_cache: impl FnOnce(&mut CodeCache) 
     // SAFETY: as `with_merged_memo`: this thread's own state, used only by the thread
     // holding the guard.
     let codes = unsafe { &mut (*thread_unwinder(guard)).codes };
-    use_cache(codes.get_or_insert_with(CodeCache::boxed))
+    use_cache(made(codes, CodeCache::boxed))
+}
+
+/// The table in `slot`, made by `make` on first use. Inlined: `Option::get_or_insert_with`
+/// stayed a call of its own on every allocation (out of line, shared by the memos' types),
+/// about 12 instructions and a cache line of code more each time.
+#[inline(always)]
+fn made<T>(slot: &mut Option<Box<T>>, make: fn() -> Box<T>) -> &mut T {
+    if slot.is_none() {
+        fill(slot, make);
+    }
+    match slot {
+        Some(table) => table,
+        // SAFETY: `fill` has just put a table in an empty slot.
+        None => unsafe { core::hint::unreachable_unchecked() },
+    }
+}
+
+/// Puts a table made by `make` in the empty `slot`: once per thread and table.
+#[cold]
+#[inline(never)]
+fn fill<T>(slot: &mut Option<Box<T>>, make: fn() -> Box<T>) {
+    *slot = Some(make());
 }

@@ -67,7 +67,9 @@ pub fn caller_stack(
         Outcome::Known(stack) => stack,
         Outcome::SawUnknownModule => {
             if modules::loader_generation() != snapshot.loader_generation {
-                rebuild(guard, crate::lifecycle::recorder().map(|r| &r.file));
+                on_own_stack(guard, || {
+                    rebuild(guard, crate::lifecycle::recorder().map(|r| &r.file))
+                });
             }
             let fresh = crate::snapshot::snapshot().unwrap_or(snapshot);
             match walk(guard, caller, fresh, limit, intern) {
@@ -138,7 +140,41 @@ fn walk_frames(
         Lookup::OnlyBpDiffers | Lookup::WordsChanged => true,
     };
     let regs = UnwindRegsX86_64::new(caller.return_address, caller.sp, caller.bp);
-    unwind_fully(
+    // The walk's caches, rules and recorded reads take kilobytes of stack: on the thread's
+    // own. Out of line, so that a memo hit's frame on the caller's stack stays small.
+    #[cold]
+    #[inline(never)]
+    #[allow(clippy::too_many_arguments)]
+    fn on_own_stack_fully(
+        guard: &Guard,
+        snapshot: &Snapshot,
+        state: &mut ThreadUnwinder,
+        address: FrameAddress,
+        regs: UnwindRegsX86_64,
+        read_stack: &dyn Fn(u64) -> Result<u64, ()>,
+        limit: &WalkLimit,
+        intern: &dyn Fn(&[u64]) -> u32,
+        key: MemoKey,
+        worth_proving: bool,
+        strict: bool,
+    ) -> u32 {
+        on_own_stack(guard, || {
+            unwind_fully(
+                snapshot,
+                state,
+                address,
+                regs,
+                read_stack,
+                limit,
+                intern,
+                key,
+                worth_proving,
+                strict,
+            )
+        })
+    }
+    on_own_stack_fully(
+        guard,
         snapshot,
         state,
         address,
