@@ -107,10 +107,6 @@ pub struct RecordedReads {
     returns: u32,
     len: usize,
     overflowed: bool,
-    /// The lowest and highest addresses read: checking an entry checks that span once,
-    /// then reads each word unchecked.
-    lowest: u64,
-    highest: u64,
 }
 
 impl Default for RecordedReads {
@@ -120,8 +116,6 @@ impl Default for RecordedReads {
             returns: 0,
             len: 0,
             overflowed: false,
-            lowest: u64::MAX,
-            highest: 0,
         }
     }
 }
@@ -148,8 +142,6 @@ impl RecordedReads {
         };
         self.reads[self.len] = MemoRead { address, value };
         self.len += 1;
-        self.lowest = self.lowest.min(address);
-        self.highest = self.highest.max(address);
     }
 
     /// [`RecordedReads::push`] for a read that fetched the return address of a frame: if
@@ -160,45 +152,32 @@ impl RecordedReads {
         }
         self.push(address, value);
     }
+}
 
-    /// The reads that fetched return addresses, in order.
-    fn return_reads(&self) -> impl Iterator<Item = &MemoRead> {
-        self.iter()
-            .enumerate()
-            .filter(|(index, _)| self.returns & (1 << index) != 0)
-            .map(|(_, read)| read)
+/// The values of a kind of stack words (return addresses, or the others), hashed in the
+/// order they were read. Each word's step is a bijection of the state, and so is the
+/// finish: two sequences that differ in one word never hash alike, and two that differ in
+/// more agree with odds of 2^-64.
+#[derive(Clone, Copy)]
+struct WordsHash(u64);
+
+impl WordsHash {
+    #[inline(always)]
+    fn new() -> WordsHash {
+        WordsHash(0x243f_6a88_85a3_08d3)
     }
 
-    /// Whether both walks read the same return addresses at the same places.
-    fn same_path(&self, other: &RecordedReads) -> bool {
-        self.return_reads().eq(other.return_reads())
+    #[inline(always)]
+    fn add(&mut self, word: u64) {
+        self.0 = (self.0.rotate_left(26) ^ word).wrapping_mul(0x9e37_79b9_7f4a_7c15);
     }
 
-    /// Which words no longer hold their value, if any: whether a return address is among
-    /// them.
-    #[inline]
-    fn changed(&self, words: &impl StackWords) -> Option<Changed> {
-        // Bit i: word i no longer holds its value. Every word of the span reads (the
-        // usual case: the same thread at the same stack pointer), so each is read with
-        // no check and no branch.
-        let mut differs = 0u32;
-        if self.len > 0 && words.all_read(self.lowest, self.highest) {
-            for (i, word) in self.iter().enumerate() {
-                // SAFETY: an aligned address (it was read before) between the span's ends,
-                // which `all_read` accepted.
-                let now = unsafe { words.read_unchecked(word.address) };
-                differs |= u32::from(now != word.value) << i;
-            }
-        } else {
-            for (i, word) in self.iter().enumerate() {
-                differs |= u32::from(words.read(word.address) != Ok(word.value)) << i;
-            }
-        }
-        match differs {
-            0 => None,
-            _ if differs & self.returns != 0 => Some(Changed::ReturnAddress),
-            _ => Some(Changed::OtherWordsOnly),
-        }
+    #[inline(always)]
+    fn finish(self) -> u64 {
+        let mut hash = self.0;
+        hash ^= hash >> 33;
+        hash = hash.wrapping_mul(0xff51_afd7_ed55_8ccd);
+        hash ^ (hash >> 33)
     }
 }
 
@@ -222,19 +201,102 @@ pub enum Proof {
     OnlyTheseWords,
 }
 
-/// An entry, less the words it read: a lookup reads the heads only of the ways its tag
-/// names, and the words only of the entries for its frame.
+/// The words a walk read, as an entry keeps them: where each lies, in words above the
+/// key's stack pointer and in address order, and hashes of their values: of all of them,
+/// and of the return addresses alone. A lookup reads 64 bytes of places and the stack
+/// words themselves, where keeping every address and value took 16 bytes a word, and a
+/// line more for their count and span.
+struct StoredWords {
+    offsets: [u16; MEMO_READS],
+    /// Bit i: word i (in address order) is a return address.
+    returns: u32,
+    len: u8,
+    words_hash: u64,
+    returns_hash: u64,
+}
+
+impl StoredWords {
+    /// `reads`, made by a walk from stack pointer `sp`; `None` if one lies below it, too far
+    /// above it, or off a word's alignment (never seen: such a walk is simply not kept).
+    fn of(reads: &RecordedReads, sp: u64) -> Option<StoredWords> {
+        // (place, value, return address?), sorted by place: the span's ends are then the
+        // first and last, and both hashes run in that order at every lookup.
+        let mut words = [(0u16, 0u64, false); MEMO_READS];
+        for (i, read) in reads.iter().enumerate() {
+            let above = read
+                .address
+                .checked_sub(sp)
+                .filter(|b| b.is_multiple_of(8))?;
+            words[i] = (
+                u16::try_from(above / 8).ok()?,
+                read.value,
+                reads.returns & (1 << i) != 0,
+            );
+        }
+        let words = &mut words[..reads.len];
+        // Unstable: it never allocates (the same word read twice has one value).
+        words.sort_unstable_by_key(|&(place, ..)| place);
+        let mut stored = StoredWords {
+            offsets: [0; MEMO_READS],
+            returns: 0,
+            len: reads.len as u8,
+            words_hash: 0,
+            returns_hash: 0,
+        };
+        let (mut all, mut returns) = (WordsHash::new(), WordsHash::new());
+        for (i, &(place, value, is_return)) in words.iter().enumerate() {
+            stored.offsets[i] = place;
+            all.add(value);
+            if is_return {
+                stored.returns |= 1 << i;
+                returns.add(value);
+            }
+        }
+        stored.words_hash = all.finish();
+        stored.returns_hash = returns.finish();
+        Some(stored)
+    }
+}
+
+/// The places of the return-address words among `len` words at `offsets`, in order.
+fn return_places(
+    len: u8,
+    returns: u32,
+    offsets: &[u16; MEMO_READS],
+) -> impl Iterator<Item = u16> + '_ {
+    (0..usize::from(len))
+        .filter(move |i| returns & (1 << i) != 0)
+        .map(move |i| offsets[i])
+}
+
+/// One way of a set: an entry and the words it read, in two cache lines — the head and
+/// the words' hashes in the first, their places in the second. A lookup reads the heads
+/// only of the ways its tag names, and the places only of the entry for its frame.
 #[derive(Clone, Copy)]
-struct Entry {
+#[repr(C, align(64))]
+struct Way {
     key: MemoKey,
     stack: u32,
     /// When the entry was last stored or hit, by the memo's clock (0: never used).
     used_at: u32,
+    /// Bit i: word i is a return address.
+    returns: u32,
+    /// Words the entry depends on.
+    len: u8,
     /// The walk was shown not to depend on the first frame's bp (see `store`).
     ignores_bp: bool,
     /// A proof was tried (see `store`): a changed word is then no reason to try again.
     tried: bool,
+    /// The hash of every word's value, in address order; of the return addresses' alone.
+    words_hash: u64,
+    returns_hash: u64,
+    /// Where each word is, in address order: its address less the key's sp, in words.
+    offsets: [u16; MEMO_READS],
 }
+
+/// The head and the hashes fill the first line, the places the second.
+const _: () =
+    assert!(core::mem::size_of::<Way>() == 128 && core::mem::offset_of!(Way, offsets) == 64);
 
 pub struct StackMemo {
     /// Counts lookups that hit and stores: the least recently used way is replaced.
@@ -242,11 +304,9 @@ pub struct StackMemo {
     /// Each entry's frame tag ([`Place::tag`]; 0: unused), by set and way: a lookup reads
     /// the 32 bytes of its set's tags, then the heads only of the ways its tag names. The
     /// tags of every set (1 KiB) stay in the CPU's first-level cache between allocations
-    /// far more often than the heads (12 KiB) do.
+    /// far more often than the ways (32 KiB) do.
     tags: [[u32; WAYS]; MEMO_SETS],
-    sets: [[Entry; WAYS]; MEMO_SETS],
-    /// The words each entry of `sets` read, at the same place.
-    reads: [[RecordedReads; WAYS]; MEMO_SETS],
+    ways: [[Way; WAYS]; MEMO_SETS],
 }
 
 /// Where a key's entries are: its set, and the tag its ways carry there. Both come from ip
@@ -286,7 +346,75 @@ pub enum Lookup {
     WordsChanged,
 }
 
-impl Entry {
+impl Way {
+    /// Whether it holds the same path as `words`: the same return addresses at the same
+    /// places.
+    fn same_path(&self, words: &StoredWords) -> bool {
+        self.returns_hash == words.returns_hash
+            && return_places(self.len, self.returns, &self.offsets).eq(return_places(
+                words.len,
+                words.returns,
+                &words.offsets,
+            ))
+    }
+
+    /// Which words no longer hold their value, if any: whether a return address is among
+    /// them. A word that cannot be read has changed.
+    #[inline]
+    fn changed(&self, words: &impl StackWords) -> Option<Changed> {
+        let len = usize::from(self.len);
+        let sp = self.key.sp;
+        let word_at = |i: usize| sp + 8 * u64::from(self.offsets[i]);
+        // Every word of the span reads (the usual case: the same thread at the same stack
+        // pointer), so each is read with no check, and one hash says whether all hold.
+        if len == 0 || !words.all_read(word_at(0), word_at(len - 1)) {
+            return self.changed_word_by_word(words);
+        }
+        // SAFETY: aligned addresses (whole words above the stack pointer of this entry's
+        // key, which the lookup's key shares, as a walk read them) between the span's ends,
+        // which `all_read` accepted.
+        let read = |i: usize| unsafe { words.read_unchecked(word_at(i)) };
+        let mut all = WordsHash::new();
+        (0..len).for_each(|i| all.add(read(i)));
+        if all.finish() == self.words_hash {
+            return None;
+        }
+        let mut returns = WordsHash::new();
+        (0..len)
+            .filter(|i| self.returns & (1 << i) != 0)
+            .for_each(|i| returns.add(read(i)));
+        Some(match returns.finish() == self.returns_hash {
+            true => Changed::OtherWordsOnly,
+            false => Changed::ReturnAddress,
+        })
+    }
+
+    /// [`Way::changed`] where the span does not read whole (it reaches past this stack's
+    /// end, or there is none): each word read on its own.
+    #[cold]
+    fn changed_word_by_word(&self, words: &impl StackWords) -> Option<Changed> {
+        let (mut all, mut returns) = (WordsHash::new(), WordsHash::new());
+        let mut refused = 0u32;
+        for i in 0..usize::from(self.len) {
+            match words.read(self.key.sp + 8 * u64::from(self.offsets[i])) {
+                Ok(value) => {
+                    all.add(value);
+                    if self.returns & (1 << i) != 0 {
+                        returns.add(value);
+                    }
+                }
+                Err(()) => refused |= 1 << i,
+            }
+        }
+        if refused & self.returns != 0 || returns.finish() != self.returns_hash {
+            Some(Changed::ReturnAddress)
+        } else if refused != 0 || all.finish() != self.words_hash {
+            Some(Changed::OtherWordsOnly)
+        } else {
+            None
+        }
+    }
+
     /// Same module snapshot, same frame.
     fn same_frame(&self, key: &MemoKey) -> bool {
         self.used_at != 0
@@ -301,8 +429,8 @@ impl Entry {
 }
 
 impl StackMemo {
-    /// An empty memo, made directly on the heap (about 150 KiB: far too big for a
-    /// thread's stack).
+    /// An empty memo, made directly on the heap (about 33 KiB: too big for a thread's
+    /// stack).
     pub fn boxed() -> Box<StackMemo> {
         let memo = Box::<StackMemo>::new_zeroed();
         // SAFETY: all-zero bytes are a valid StackMemo: every entry unused, integers zero,
@@ -324,10 +452,10 @@ impl StackMemo {
         let now = self.tick();
         let place = Place::of(key);
         let tags = &self.tags[place.set];
-        let (set, reads) = (&mut self.sets[place.set], &self.reads[place.set]);
+        let set = &mut self.ways[place.set];
         let mut outcome = Lookup::Miss;
         for way in (0..WAYS).filter(|&way| tags[way] == place.tag) {
-            let (entry, reads) = (&mut set[way], &reads[way]);
+            let entry = &mut set[way];
             if !entry.same_frame(key) {
                 continue;
             }
@@ -337,7 +465,7 @@ impl StackMemo {
                 }
                 continue;
             }
-            match reads.changed(words) {
+            match entry.changed(words) {
                 None => {
                     entry.used_at = now;
                     return Lookup::Hit(entry.stack);
@@ -363,25 +491,31 @@ impl StackMemo {
         if reads.overflowed {
             return;
         }
+        let Some(words) = StoredWords::of(reads, key.sp) else {
+            return;
+        };
         let now = self.tick();
         let place = Place::of(&key);
-        let (set, set_reads) = (&mut self.sets[place.set], &mut self.reads[place.set]);
+        let set = &mut self.ways[place.set];
         let way = match set
             .iter()
-            .zip(set_reads.iter())
-            .position(|(entry, stored)| entry.matches(&key) && stored.same_path(reads))
+            .position(|entry| entry.matches(&key) && entry.same_path(&words))
         {
             Some(way) => way,
             None => (0..WAYS).min_by_key(|&way| set[way].used_at).unwrap_or(0),
         };
-        set[way] = Entry {
+        set[way] = Way {
             key,
             stack,
             used_at: now,
+            returns: words.returns,
+            len: words.len,
             ignores_bp: matches!(proof, Proof::Bp | Proof::OnlyTheseWords),
             tried: proof != Proof::Untried,
+            words_hash: words.words_hash,
+            returns_hash: words.returns_hash,
+            offsets: words.offsets,
         };
-        set_reads[way] = *reads;
         self.tags[place.set][way] = place.tag;
     }
 }

@@ -310,3 +310,80 @@ fn a_span_reaching_past_the_stack_reads_word_by_word() {
     };
     assert_eq!(memo.lookup(&key(), &whole), Lookup::Hit(4));
 }
+
+#[test]
+fn a_walk_with_a_word_its_places_cannot_hold_is_not_stored() {
+    let sp = key().sp;
+    let memory = |_address: u64| Ok(1);
+    // Below the stack pointer, off a word's alignment, and past the farthest place an
+    // entry holds (65,535 words above it): each such walk is simply walked again.
+    for address in [sp - 8, sp + 12, sp + 8 * 65_536] {
+        let mut memo = StackMemo::boxed();
+        let mut reads = RecordedReads::default();
+        reads.push(sp + 8, Ok(1));
+        reads.push(address, Ok(1));
+        memo.store(key(), &reads, 2, Proof::Untried);
+        assert_eq!(memo.lookup(&key(), &memory), Lookup::Miss, "{address:#x}");
+    }
+    let mut memo = StackMemo::boxed();
+    let mut reads = RecordedReads::default();
+    reads.push(sp + 8 * 65_535, Ok(1));
+    memo.store(key(), &reads, 2, Proof::Untried);
+    assert_eq!(memo.lookup(&key(), &memory), Lookup::Hit(2));
+}
+
+#[test]
+fn every_one_of_an_entrys_32_words_is_checked() {
+    let sp = key().sp;
+    let mut reads = RecordedReads::default();
+    for word in 0..MEMO_READS as u64 {
+        match word % 4 {
+            0 => reads.push_return(sp + 8 * word, Ok(0x40_0000 + word)),
+            _ => reads.push(sp + 8 * word, Ok(word)),
+        }
+    }
+    let mut memo = StackMemo::boxed();
+    memo.store(key(), &reads, 5, Proof::Untried);
+    let original = |address: u64| {
+        let word = (address - sp) / 8;
+        Ok(if word.is_multiple_of(4) {
+            0x40_0000 + word
+        } else {
+            word
+        })
+    };
+    assert_eq!(memo.lookup(&key(), &original), Lookup::Hit(5));
+    for changed in 0..MEMO_READS as u64 {
+        let one_changed = |address: u64| {
+            let value = original(address)?;
+            Ok(if address == sp + 8 * changed {
+                value ^ 1
+            } else {
+                value
+            })
+        };
+        let expected = match changed % 4 {
+            0 => Lookup::Miss,
+            _ => Lookup::WordsChanged,
+        };
+        assert_eq!(
+            memo.lookup(&key(), &one_changed),
+            expected,
+            "word {changed}"
+        );
+    }
+    // Two words swapped between their places change the walk's words too.
+    let swapped = |address: u64| match (address - sp) / 8 {
+        1 => Ok(2),
+        2 => Ok(1),
+        _ => original(address),
+    };
+    assert_eq!(memo.lookup(&key(), &swapped), Lookup::WordsChanged);
+}
+
+#[test]
+fn a_way_is_two_cache_lines_and_the_memo_about_33_kib() {
+    assert_eq!(core::mem::size_of::<Way>(), 128);
+    assert_eq!(core::mem::align_of::<Way>(), 64);
+    assert!(core::mem::size_of::<StackMemo>() <= 34 * 1024);
+}
