@@ -55,6 +55,8 @@ pub struct HeaderGuard {
     unmarked: AtomicBool,
 }
 
+// Read by every hook: beside the other such words (lib.rs, "Hot words").
+#[link_section = ".data.memwarden_hot"]
 static GUARD: AtomicPtr<HeaderGuard> = AtomicPtr::new(core::ptr::null_mut());
 static STARTS: BlockStarts = BlockStarts::new();
 static UNMARKED_SAID: AtomicBool = AtomicBool::new(false);

@@ -104,6 +104,8 @@ unsafe impl Sync for Injector {}
 // SAFETY: as above.
 unsafe impl Send for Injector {}
 
+// Read by every hook: beside the other such words (lib.rs, "Hot words").
+#[link_section = ".data.memwarden_hot"]
 static INJECTOR: AtomicPtr<Injector> = AtomicPtr::new(core::ptr::null_mut());
 
 /// The injector, if `--fail` rules apply to this process.

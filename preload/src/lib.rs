@@ -10,6 +10,13 @@
 //! is recorded (and only a guard holder can record); nothing here panics or unwinds into the
 //! host (`panic = "abort"`, no panicking paths on hooks); errno is preserved; when something
 //! goes wrong, tracking stops and says so once ([`lifecycle::degrade`]).
+//!
+//! Hot words: the process-wide words every hook reads — the recorder and its state, the
+//! guards, the injector, the Python runtime, the code-deaths epoch, the module snapshot —
+//! are each declared in their own module but all placed in one section,
+//! `.data.memwarden_hot`, so that they sit together in one or two cache lines. Scattered
+//! over `.bss`, they took seven lines, which the program's own work pushes out of the
+//! first-level cache between two allocations: each then cost a miss on every one.
 #![deny(unsafe_op_in_unsafe_fn)]
 // The C++ operators are exported under their mangled names.
 #![allow(non_snake_case)]

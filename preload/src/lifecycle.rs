@@ -18,7 +18,11 @@ const INITIALIZING: u8 = 1;
 const ACTIVE: u8 = 2;
 const DISABLED: u8 = 3;
 
+// Read by every hook: beside the other such words (lib.rs, "Hot words").
+#[link_section = ".data.memwarden_hot"]
 static STATE: AtomicU8 = AtomicU8::new(UNINITIALIZED);
+// Read by every hook: beside the other such words (lib.rs, "Hot words").
+#[link_section = ".data.memwarden_hot"]
 static RECORDER: AtomicPtr<Recorder> = AtomicPtr::new(core::ptr::null_mut());
 static DEGRADED_SAID: AtomicBool = AtomicBool::new(false);
 

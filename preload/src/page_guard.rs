@@ -64,6 +64,8 @@ pub struct PageGuard {
 
 static FULL_SAID: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
 
+// Read by every hook: beside the other such words (lib.rs, "Hot words").
+#[link_section = ".data.memwarden_hot"]
 static PAGE_GUARD: core::sync::atomic::AtomicPtr<PageGuard> =
     core::sync::atomic::AtomicPtr::new(core::ptr::null_mut());
 

@@ -22,8 +22,12 @@ const TYPE_DEALLOC: u64 = 48;
 type DeallocFn = unsafe extern "C" fn(*mut c_void);
 
 /// CPython's own `code_dealloc` (0 until installed).
+// Read by every hook: beside the other such words (lib.rs, "Hot words").
+#[link_section = ".data.memwarden_hot"]
 static ORIGINAL: AtomicUsize = AtomicUsize::new(0);
 /// Code objects freed since start-up (counted once installed).
+// Read by every hook: beside the other such words (lib.rs, "Hot words").
+#[link_section = ".data.memwarden_hot"]
 static DEATHS: AtomicU64 = AtomicU64::new(0);
 
 /// Puts [`code_dealloc`] in `PyCode_Type` (at `code_type`); whether deaths are now seen.

@@ -35,6 +35,8 @@ pub struct PythonRuntime {
     this_thread_state: ThisThreadStateFn,
 }
 
+// Read by every hook: beside the other such words (lib.rs, "Hot words").
+#[link_section = ".data.memwarden_hot"]
 static RUNTIME: AtomicPtr<PythonRuntime> = AtomicPtr::new(core::ptr::null_mut());
 
 /// The Python runtime, if this process has one memwarden can read.

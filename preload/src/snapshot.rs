@@ -84,6 +84,8 @@ impl Snapshot {
     }
 }
 
+// Read by every hook: beside the other such words (lib.rs, "Hot words").
+#[link_section = ".data.memwarden_hot"]
 static SNAPSHOT: AtomicPtr<Snapshot> = AtomicPtr::new(core::ptr::null_mut());
 static REBUILD_LOCK: AtomicU32 = AtomicU32::new(0);
 static REBUILD_WAITS: AtomicU64 = AtomicU64::new(0);
