@@ -140,52 +140,57 @@ fn walk_frames(
         Lookup::OnlyBpDiffers | Lookup::WordsChanged => true,
     };
     let regs = UnwindRegsX86_64::new(caller.return_address, caller.sp, caller.bp);
-    // The walk's caches, rules and recorded reads take kilobytes of stack: on the thread's
-    // own. Out of line, so that a memo hit's frame on the caller's stack stays small.
-    #[cold]
-    #[inline(never)]
-    #[allow(clippy::too_many_arguments)]
-    fn on_own_stack_fully(
-        guard: &Guard,
-        snapshot: &Snapshot,
-        state: &mut ThreadUnwinder,
-        address: FrameAddress,
-        regs: UnwindRegsX86_64,
-        read_stack: &dyn Fn(u64) -> Result<u64, ()>,
-        limit: &WalkLimit,
-        intern: &dyn Fn(&[u64]) -> u32,
-        key: MemoKey,
-        worth_proving: bool,
-        strict: bool,
-    ) -> u32 {
-        on_own_stack(guard, || {
-            unwind_fully(
-                snapshot,
-                state,
-                address,
-                regs,
-                read_stack,
-                limit,
-                intern,
-                key,
-                worth_proving,
-                strict,
-            )
-        })
-    }
-    on_own_stack_fully(
+    walk_on_own_stack(
         guard,
-        snapshot,
-        state,
-        address,
-        regs,
-        &read_stack,
-        limit,
-        intern,
-        key,
-        worth_proving,
-        strict,
+        &mut FullWalk {
+            snapshot,
+            state,
+            address,
+            regs,
+            read_stack: &read_stack,
+            limit,
+            intern,
+            key,
+            worth_proving,
+            strict,
+        },
     )
+}
+
+/// What [`unwind_fully`] is given after a memo miss, gathered so that the switch to the
+/// thread's own stack carries one pointer rather than a copy of them all.
+struct FullWalk<'a> {
+    snapshot: &'a Snapshot,
+    state: &'a mut ThreadUnwinder,
+    address: FrameAddress,
+    regs: UnwindRegsX86_64,
+    read_stack: &'a dyn Fn(u64) -> Result<u64, ()>,
+    limit: &'a WalkLimit<'a>,
+    intern: &'a dyn Fn(&[u64]) -> u32,
+    key: MemoKey,
+    worth_proving: bool,
+    strict: bool,
+}
+
+/// `walk` done on the thread's own stack: its caches, rules and recorded reads take
+/// kilobytes. Out of line, so that a memo hit's frame on the caller's stack stays small.
+#[cold]
+#[inline(never)]
+fn walk_on_own_stack(guard: &Guard, walk: &mut FullWalk) -> u32 {
+    on_own_stack(guard, move || {
+        unwind_fully(
+            walk.snapshot,
+            walk.state,
+            walk.address,
+            walk.regs,
+            walk.read_stack,
+            walk.limit,
+            walk.intern,
+            walk.key,
+            walk.worth_proving,
+            walk.strict,
+        )
+    })
 }
 
 /// The memo missed: walk the stack, recording the stack words read, until the end or until
