@@ -47,7 +47,7 @@ pub use layout::Layout;
 /// First eight bytes of every profile file.
 pub const MAGIC: [u8; 8] = *b"MWPROF\0\0";
 /// Version of this layout; a reader rejects any other.
-pub const FORMAT_VERSION: u32 = 4;
+pub const FORMAT_VERSION: u32 = 5;
 /// Bytes reserved for the [`Header`] at the start of the file.
 pub const HEADER_SIZE: u64 = 8192;
 /// Bytes of the command line kept in the header (NUL-separated arguments).
@@ -278,11 +278,34 @@ pub const MODULE_PATH_TRUNCATED: u32 = 4;
 ///
 /// Byte and block counts are signed so that a free of a block that a forked child
 /// inherited mid-update cannot wrap; a reader clamps them at zero.
+///
+/// The first 64 bytes hold everything an allocation or a free of the stack touches (the
+/// lock, the live and total figures, the peak its snapshot belongs to, the category the
+/// NumPy handler sets), so that each event costs one cache line of the record; the frames'
+/// place, the hash and the snapshot itself, written when a stack is made or first touched
+/// after a new peak, are in the second. Until format version 5 the event's words spanned
+/// both lines.
 #[repr(C, align(128))]
 #[derive(Clone, Copy)]
 pub struct StackRecord {
     /// Spin lock word of the writer (preload only).
     pub lock: u32,
+    /// The kind of memory: one of [`python::category`] (set when the stack is created).
+    pub category: u32,
+    /// Bytes live now.
+    pub live_bytes: i64,
+    /// Blocks live now.
+    pub live_blocks: i64,
+    /// The peak value `snap_*` belong to (see the crate docs).
+    pub snap_peak: u64,
+    /// Bytes ever allocated from this stack (requested sizes).
+    pub allocated_bytes: u64,
+    /// Allocations ever made from this stack.
+    pub allocations: u64,
+    /// Blocks from this stack that were freed (or shrunk away by realloc).
+    pub frees: u64,
+    /// Highest `live_bytes` this stack ever had.
+    pub max_live_bytes: i64,
     /// Non-zero once `depth`, `hash` and the frames are written.
     pub published: u32,
     /// Number of frames.
@@ -290,36 +313,21 @@ pub struct StackRecord {
     /// Unused, 0 in files written now: it held the next id of the writer's hash chain,
     /// which the writer now keeps in its own memory. Readers never used it.
     pub next: u32,
+    /// Reserved, zero.
+    pub reserved0: u32,
     /// Hash of the frames (preload only).
     pub hash: u64,
     /// Index of the first frame word; frames run innermost first, as return addresses.
     pub frames_start: u64,
-    /// Bytes live now.
-    pub live_bytes: i64,
-    /// Blocks live now.
-    pub live_blocks: i64,
     /// Bytes live when the process's peak numbered `snap_peak` was committed.
     pub snap_bytes: i64,
     /// Blocks live at that moment.
     pub snap_blocks: i64,
-    /// The peak value `snap_*` belong to (see the crate docs).
-    pub snap_peak: u64,
-    /// Highest `live_bytes` this stack ever had.
-    pub max_live_bytes: i64,
-    /// Bytes ever allocated from this stack (requested sizes).
-    pub allocated_bytes: u64,
-    /// Allocations ever made from this stack.
-    pub allocations: u64,
-    /// Blocks from this stack that were freed (or shrunk away by realloc).
-    pub frees: u64,
-    /// The kind of memory: one of [`python::category`] (set when the stack is created).
-    pub category: u32,
-    /// Reserved, zero.
-    pub reserved0: u32,
 }
 
 const _: () = assert!(core::mem::size_of::<Header>() as u64 <= HEADER_SIZE);
 const _: () = assert!(core::mem::size_of::<StackRecord>() == 128);
+const _: () = assert!(core::mem::offset_of!(StackRecord, max_live_bytes) == 56);
 const _: () = assert!(core::mem::size_of::<ModuleRecord>() == 512);
 const _: () = assert!(core::mem::size_of::<FailureRecord>() == 48);
 const _: () = assert!(core::mem::size_of::<ErrorRecord>() == 48);
