@@ -92,6 +92,7 @@ mod thread_state;
 mod thread_unwinder;
 mod unwind;
 mod walk_limit;
+mod word_hash;
 
 #[global_allocator]
 static OWN_HEAP: libc_alloc::LibcAllocator = libc_alloc::LibcAllocator;

@@ -68,7 +68,7 @@ pub unsafe fn chain_key(
         }
         frame = previous;
     }
-    Some(hash.finish(native, frames))
+    Some(hash.finish(native))
 }
 
 #[cfg(test)]

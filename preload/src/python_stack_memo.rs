@@ -7,20 +7,26 @@
 //!
 //! The merge is a function of exactly these inputs (the interpreter's address ranges, the
 //! other input, never change once Python is detected), so a memo hit gives the same id the
-//! merge would. An entry also keeps the native id and the number of Python frames, so a
-//! false hit needs two different inputs agreeing on those and on a 64-bit hash.
+//! merge would. An entry also keeps the native id, so a false hit needs two different
+//! inputs agreeing on it and on a 64-bit hash.
+//! An entry is 16 bytes, four to a cache line, so that a lookup reads one line: at 24, one
+//! entry in three straddled two.
+
+use crate::word_hash::WordHash;
 
 /// Entries per thread, direct-mapped by the key's top bits.
 const ENTRIES: usize = 4096;
 const INDEX_SHIFT: u32 = 64 - ENTRIES.trailing_zeros();
 
 #[derive(Clone, Copy, Default)]
+#[repr(C, align(16))]
 struct Entry {
     key: u64,
     native: u32,
-    python_frames: u32,
     merged: u32,
 }
+
+const _: () = assert!(core::mem::size_of::<Entry>() == 16);
 
 /// What the merged stacks of one thread were made of, and their ids.
 pub struct MergedMemo {
@@ -32,7 +38,6 @@ pub struct MergedMemo {
 pub struct MergeInputs {
     key: u64,
     native: u32,
-    python_frames: u32,
 }
 
 impl MergeInputs {
@@ -46,42 +51,37 @@ impl MergeInputs {
         group_ends
             .iter()
             .for_each(|&end| hash.add(u64::from(end).rotate_right(16)));
-        hash.finish(native, words.len() as u32)
+        hash.finish(native)
     }
 }
 
 /// A memo key being hashed: the native stack's id and the marker, then any number of words.
-pub struct KeyHash(u64);
+pub struct KeyHash(WordHash);
 
 impl KeyHash {
     #[inline(always)]
     pub fn new(native: u32, marker: u64) -> KeyHash {
-        KeyHash(0x243f_6a88_85a3_08d3u64 ^ u64::from(native) ^ marker.rotate_left(32))
+        KeyHash(WordHash::seeded(u64::from(native) ^ marker.rotate_left(32)))
     }
 
     #[inline(always)]
     pub fn add(&mut self, word: u64) {
-        self.0 = (self.0.rotate_left(26) ^ word).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        self.0.add(word);
     }
 
-    /// The key of the inputs hashed, for a stack of native stack `native` and `frames`
-    /// Python frames.
+    /// The key of the inputs hashed, for a stack of native stack `native`. The number of
+    /// words is not kept beside it: sequences of other lengths hash apart like any others.
     #[inline(always)]
-    pub fn finish(self, native: u32, frames: u32) -> MergeInputs {
-        let mut hash = self.0;
-        hash ^= hash >> 33;
-        hash = hash.wrapping_mul(0xff51_afd7_ed55_8ccd);
-        hash ^= hash >> 33;
+    pub fn finish(self, native: u32) -> MergeInputs {
         MergeInputs {
-            key: hash | 1,
+            key: self.0.finish() | 1,
             native,
-            python_frames: frames,
         }
     }
 }
 
 impl MergedMemo {
-    /// An empty memo, made on the heap directly: at 96 KiB it must never pass through
+    /// An empty memo, made on the heap directly: at 64 KiB it must never pass through
     /// the hook's stack, and its zero pages cost nothing until the thread fills them.
     pub fn boxed() -> Box<MergedMemo> {
         let memo = Box::<MergedMemo>::new_zeroed();
@@ -94,10 +94,7 @@ impl MergedMemo {
     #[inline]
     pub fn get(&self, inputs: &MergeInputs) -> Option<u32> {
         let entry = &self.entries[(inputs.key >> INDEX_SHIFT) as usize];
-        (entry.key == inputs.key
-            && entry.native == inputs.native
-            && entry.python_frames == inputs.python_frames)
-            .then_some(entry.merged)
+        (entry.key == inputs.key && entry.native == inputs.native).then_some(entry.merged)
     }
 
     /// Remembers that `inputs` merge into the stack `merged`.
@@ -106,7 +103,6 @@ impl MergedMemo {
         self.entries[(inputs.key >> INDEX_SHIFT) as usize] = Entry {
             key: inputs.key,
             native: inputs.native,
-            python_frames: inputs.python_frames,
             merged,
         };
     }

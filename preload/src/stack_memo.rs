@@ -9,6 +9,8 @@
 //! second walk has shown that the frames depend on the return addresses alone (`Proof`),
 //! the entry keeps only those: saved values of rbp may then change at will.
 
+use crate::word_hash::WordHash;
+
 /// Sets per thread, each of [`WAYS`] entries: a hot loop's dozen call sites then fit
 /// however their addresses fall. With two ways of 32 sets, three sites sharing a set (as
 /// about one run in three had, by where the loader put things) evicted each other on every
@@ -154,33 +156,6 @@ impl RecordedReads {
     }
 }
 
-/// The values of a kind of stack words (return addresses, or the others), hashed in the
-/// order they were read. Each word's step is a bijection of the state, and so is the
-/// finish: two sequences that differ in one word never hash alike, and two that differ in
-/// more agree with odds of 2^-64.
-#[derive(Clone, Copy)]
-struct WordsHash(u64);
-
-impl WordsHash {
-    #[inline(always)]
-    fn new() -> WordsHash {
-        WordsHash(0x243f_6a88_85a3_08d3)
-    }
-
-    #[inline(always)]
-    fn add(&mut self, word: u64) {
-        self.0 = (self.0.rotate_left(26) ^ word).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    }
-
-    #[inline(always)]
-    fn finish(self) -> u64 {
-        let mut hash = self.0;
-        hash ^= hash >> 33;
-        hash = hash.wrapping_mul(0xff51_afd7_ed55_8ccd);
-        hash ^ (hash >> 33)
-    }
-}
-
 /// What changed among the words an entry depends on.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Changed {
@@ -243,7 +218,7 @@ impl StoredWords {
             words_hash: 0,
             returns_hash: 0,
         };
-        let (mut all, mut returns) = (WordsHash::new(), WordsHash::new());
+        let (mut all, mut returns) = (WordHash::new(), WordHash::new());
         for (i, &(place, value, is_return)) in words.iter().enumerate() {
             stored.offsets[i] = place;
             all.add(value);
@@ -374,12 +349,12 @@ impl Way {
         // key, which the lookup's key shares, as a walk read them) between the span's ends,
         // which `all_read` accepted.
         let read = |i: usize| unsafe { words.read_unchecked(word_at(i)) };
-        let mut all = WordsHash::new();
+        let mut all = WordHash::new();
         (0..len).for_each(|i| all.add(read(i)));
         if all.finish() == self.words_hash {
             return None;
         }
-        let mut returns = WordsHash::new();
+        let mut returns = WordHash::new();
         (0..len)
             .filter(|i| self.returns & (1 << i) != 0)
             .for_each(|i| returns.add(read(i)));
@@ -393,7 +368,7 @@ impl Way {
     /// end, or there is none): each word read on its own.
     #[cold]
     fn changed_word_by_word(&self, words: &impl StackWords) -> Option<Changed> {
-        let (mut all, mut returns) = (WordsHash::new(), WordsHash::new());
+        let (mut all, mut returns) = (WordHash::new(), WordHash::new());
         let mut refused = 0u32;
         for i in 0..usize::from(self.len) {
             match words.read(self.key.sp + 8 * u64::from(self.offsets[i])) {

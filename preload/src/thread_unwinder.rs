@@ -16,7 +16,7 @@ use crate::thread_state::Guard;
 pub struct ThreadUnwinder {
     pub rules: RuleCaches,
     pub memo: Box<StackMemo>,
-    /// Made on the thread's first Python stack: 96 KiB other threads never need.
+    /// Made on the thread's first Python stack: 64 KiB other threads never need.
     merged: Option<Box<MergedMemo>>,
     /// Merged stacks by their frame chain's key (`python_chain_key`), made as `merged`.
     chains: Option<Box<MergedMemo>>,
