@@ -81,6 +81,28 @@ impl Recorder {
     /// allocation cost the switch itself and the own stack's lines, written anew each time
     /// after the program had pushed them out of the caches.
     pub fn stack_of(&self, guard: &Guard, caller: Caller) -> u32 {
+        let native = match unwind::remembered_stack(guard, caller) {
+            unwind::Remembered::Stack(native) => native,
+            unwind::Remembered::Missed(missed) => self.walked(guard, caller, Some(missed)),
+            unwind::Remembered::Unknown => self.walked(guard, caller, None),
+        };
+        if caller.marker == 0 && python_runtime::runtime().is_none() {
+            return native;
+        }
+        let marker = (caller.marker != 0).then_some(caller.marker);
+        let stack = python_stack::with_python_frames(self, guard, native, marker);
+        if caller.marker == NUMPY_DATA {
+            self.set_category(stack, category::NUMPY);
+        }
+        stack
+    }
+
+    /// The caller's native stack when the memo did not have it (`missed`: what it said):
+    /// walked, cut below Python as the merge will, and interned. Out of line, with what a
+    /// walk needs, so that a memo hit builds none of it.
+    #[cold]
+    #[inline(never)]
+    fn walked(&self, guard: &Guard, caller: Caller, missed: Option<unwind::Missed>) -> u32 {
         let depth = self.config.max_depth();
         let below_python = python_runtime::runtime()
             .map(|runtime| python_native_cut::BelowPython::new(runtime, guard, caller.sp));
@@ -93,16 +115,7 @@ impl Recorder {
             })
         };
         let limit = WalkLimit::new(depth, below_python.as_ref());
-        let native = unwind::caller_stack(guard, caller, &limit, &intern);
-        if caller.marker == 0 && below_python.is_none() {
-            return native;
-        }
-        let marker = (caller.marker != 0).then_some(caller.marker);
-        let stack = python_stack::with_python_frames(self, guard, native, marker);
-        if caller.marker == NUMPY_DATA {
-            self.set_category(stack, category::NUMPY);
-        }
-        stack
+        unwind::caller_stack(guard, caller, missed, &limit, &intern)
     }
 
     /// The deepest stack this process records: the native depth limit, or the format's

@@ -51,19 +51,85 @@ impl Caller {
     }
 }
 
+/// What the stack memo says of a caller before anything is walked.
+#[derive(Clone, Copy)]
+pub enum Remembered {
+    /// The caller's stack id: every word its walk read still holds.
+    Stack(u32),
+    /// A walk is needed from `snapshot`, where the memo missed.
+    Missed(Missed),
+    /// No snapshot yet, or no return address: [`caller_stack`] says what then.
+    Unknown,
+}
+
+/// A memo miss, and what it showed: whether the walk is worth proving (see `StackMemo`).
+#[derive(Clone, Copy)]
+pub struct Missed {
+    snapshot: &'static Snapshot,
+    worth_proving: bool,
+}
+
+/// The caller's stack if the memo has it, found with no walk and nothing built for one: the
+/// path nearly every allocation of a loop takes, on the caller's own stack.
+#[inline]
+pub fn remembered_stack(guard: &Guard, caller: Caller) -> Remembered {
+    let (Some(snapshot), Some(address)) = (
+        snapshot(),
+        FrameAddress::from_return_address(caller.return_address),
+    ) else {
+        return Remembered::Unknown;
+    };
+    let bounds = StackBounds {
+        low: caller.sp,
+        top: guard.stack_top(caller.sp),
+    };
+    // SAFETY: this thread's state; the guard proves no other frame of this thread uses it
+    // (hooks do not nest).
+    let state = unsafe { &mut *thread_unwinder(guard) };
+    let key = memo_key(snapshot, address, caller);
+    match state.memo.lookup(&key, &bounds) {
+        Lookup::Hit(stack) => Remembered::Stack(stack),
+        Lookup::Miss => Remembered::Missed(Missed {
+            snapshot,
+            worth_proving: false,
+        }),
+        Lookup::OnlyBpDiffers | Lookup::WordsChanged => Remembered::Missed(Missed {
+            snapshot,
+            worth_proving: true,
+        }),
+    }
+}
+
+/// The memo's key for a walk from `caller`, whose return address is `address`.
+#[inline(always)]
+fn memo_key(snapshot: &Snapshot, address: FrameAddress, caller: Caller) -> MemoKey {
+    MemoKey {
+        snapshot: snapshot as *const Snapshot as u64,
+        ip: address.address(),
+        sp: caller.sp,
+        bp: caller.bp,
+    }
+}
+
 /// The id of the caller's stack (innermost first, starting at `caller`, walked as far as
-/// `limit` lets it), as `intern` gives it for the frames found.
+/// `limit` lets it), as `intern` gives it for the frames found. `missed`: what
+/// [`remembered_stack`] found for it, so that the memo is not asked twice.
 #[inline(never)]
 pub fn caller_stack(
     guard: &Guard,
     caller: Caller,
+    missed: Option<Missed>,
     limit: &WalkLimit,
     intern: &dyn Fn(&[u64]) -> u32,
 ) -> u32 {
-    let Some(snapshot) = snapshot() else {
+    let Some(snapshot) = missed.map(|m| m.snapshot).or_else(snapshot) else {
         return intern(&[]);
     };
-    match walk(guard, caller, snapshot, limit, intern) {
+    let first = WalkOver {
+        snapshot,
+        known_miss: missed.map(|m| m.worth_proving),
+    };
+    match walk(guard, caller, first, limit, intern) {
         Outcome::Known(stack) => stack,
         Outcome::SawUnknownModule => {
             if modules::loader_generation() != snapshot.loader_generation {
@@ -72,11 +138,11 @@ pub fn caller_stack(
                 });
             }
             let fresh = crate::snapshot::snapshot().unwrap_or(snapshot);
-            match walk(guard, caller, fresh, limit, intern) {
+            match walk(guard, caller, WalkOver::asking(fresh), limit, intern) {
                 Outcome::Known(stack) => stack,
                 // Code outside every module (JIT code, say): keep what was found, unmemoized.
                 Outcome::SawUnknownModule => {
-                    walk_frames(guard, caller, fresh, limit, intern, false)
+                    walk_frames(guard, caller, WalkOver::asking(fresh), limit, intern, false)
                 }
             }
         }
@@ -89,14 +155,32 @@ enum Outcome {
     SawUnknownModule,
 }
 
+/// The snapshot a walk is made over, and what the memo already said of it, if it was asked.
+#[derive(Clone, Copy)]
+struct WalkOver {
+    snapshot: &'static Snapshot,
+    /// `Some(worth_proving)`: the memo missed for this snapshot's key.
+    known_miss: Option<bool>,
+}
+
+impl WalkOver {
+    /// Over `snapshot`, the memo not asked yet.
+    fn asking(snapshot: &'static Snapshot) -> WalkOver {
+        WalkOver {
+            snapshot,
+            known_miss: None,
+        }
+    }
+}
+
 fn walk(
     guard: &Guard,
     caller: Caller,
-    snapshot: &Snapshot,
+    over: WalkOver,
     limit: &WalkLimit,
     intern: &dyn Fn(&[u64]) -> u32,
 ) -> Outcome {
-    let stack = walk_frames(guard, caller, snapshot, limit, intern, true);
+    let stack = walk_frames(guard, caller, over, limit, intern, true);
     if stack == UNKNOWN_MODULE {
         Outcome::SawUnknownModule
     } else {
@@ -112,11 +196,12 @@ const UNKNOWN_MODULE: u32 = u32::MAX;
 fn walk_frames(
     guard: &Guard,
     caller: Caller,
-    snapshot: &Snapshot,
+    over: WalkOver,
     limit: &WalkLimit,
     intern: &dyn Fn(&[u64]) -> u32,
     strict: bool,
 ) -> u32 {
+    let snapshot = over.snapshot;
     let bounds = StackBounds {
         low: caller.sp,
         top: guard.stack_top(caller.sp),
@@ -128,16 +213,14 @@ fn walk_frames(
     let Some(address) = FrameAddress::from_return_address(caller.return_address) else {
         return intern(&[]);
     };
-    let key = MemoKey {
-        snapshot: snapshot as *const Snapshot as u64,
-        ip: address.address(),
-        sp: caller.sp,
-        bp: caller.bp,
-    };
-    let worth_proving = match state.memo.lookup(&key, &bounds) {
-        Lookup::Hit(stack) => return stack,
-        Lookup::Miss => false,
-        Lookup::OnlyBpDiffers | Lookup::WordsChanged => true,
+    let key = memo_key(snapshot, address, caller);
+    let worth_proving = match over.known_miss {
+        Some(worth_proving) => worth_proving,
+        None => match state.memo.lookup(&key, &bounds) {
+            Lookup::Hit(stack) => return stack,
+            Lookup::Miss => false,
+            Lookup::OnlyBpDiffers | Lookup::WordsChanged => true,
+        },
     };
     let regs = UnwindRegsX86_64::new(caller.return_address, caller.sp, caller.bp);
     walk_on_own_stack(
