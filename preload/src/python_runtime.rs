@@ -11,6 +11,7 @@ use memwarden_abi::MODULE_MAIN;
 
 use crate::modules::LoadedModule;
 use crate::python_codes::CodeTable;
+use crate::python_frame_word::ChainOffsets;
 use crate::python_layout::{self, CurrentFrame, PyLayout};
 use crate::real;
 
@@ -19,7 +20,12 @@ type LineOfFn = unsafe extern "C" fn(*mut c_void, c_int) -> c_int;
 type VersionFn = unsafe extern "C" fn() -> *const c_char;
 
 /// The Python runtime of this process.
+#[repr(C, align(64))]
 pub struct PythonRuntime {
+    /// What every capture reads first, in one cache line: the thread state's getter, and
+    /// where a 3.11+ frame's fields are (made once from `layout`).
+    this_thread_state: ThisThreadStateFn,
+    pub chain: ChainOffsets,
     pub layout: &'static PyLayout,
     /// `&PyCode_Type`: a frame's code object is checked against it before it is read.
     pub code_type: u64,
@@ -32,8 +38,9 @@ pub struct PythonRuntime {
     pub codes: CodeTable,
     /// `PyCode_Addr2Line`, for Pythons whose line tables are not copied (3.9, 3.10).
     line_of: Option<LineOfFn>,
-    this_thread_state: ThisThreadStateFn,
 }
+
+const _: () = assert!(core::mem::offset_of!(PythonRuntime, layout) == 64);
 
 // Read by every hook: beside the other such words (lib.rs, "Hot words").
 #[link_section = ".data.memwarden_hot"]
@@ -85,6 +92,7 @@ pub fn detect(modules: &[LoadedModule]) -> Detection {
         .iter()
         .find(|m| m.module_flags & MODULE_MAIN != 0 && is_python_executable(&m.path));
     let found = Box::new(PythonRuntime {
+        chain: ChainOffsets::of(layout),
         layout,
         code_type,
         eval: (eval, eval_end),

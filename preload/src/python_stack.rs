@@ -26,7 +26,7 @@ use crate::python_chain_key::chain_key;
 use crate::python_code_cache::CodeCache;
 use crate::python_code_deaths;
 use crate::python_codes::read_u64;
-use crate::python_frame_word::{frame_word, ChainOffsets, NO_ENTRY_FLAG};
+use crate::python_frame_word::{frame_word, NO_ENTRY_FLAG};
 use crate::python_layout::{CurrentFrame, OBJECT_TYPE, OWNED_BY_CSTACK};
 use crate::python_native_cut::{KEEP_INNER, KEEP_OUTER};
 use crate::python_runtime::{self, PythonRuntime};
@@ -100,13 +100,7 @@ pub fn with_python_frames(
     let key = match (runtime, start, deaths) {
         // SAFETY: `first` is this thread's current interpreter frame, read just now.
         (Some(runtime), ChainStart::Frames(first), Some(epoch)) => unsafe {
-            chain_key(
-                &ChainOffsets::of(runtime.layout),
-                first,
-                native,
-                marker.unwrap_or(0),
-                epoch,
-            )
+            chain_key(&runtime.chain, first, native, marker.unwrap_or(0), epoch)
         },
         _ => None,
     };
@@ -363,8 +357,7 @@ unsafe fn read_frames(
             };
         }
     };
-    let l = runtime.layout;
-    let at = ChainOffsets::of(l);
+    let at = &runtime.chain;
     let mut followed = 0;
     while frame != 0 && followed < MAX_CHAIN {
         followed += 1;
@@ -390,7 +383,7 @@ unsafe fn read_frames(
                     runtime,
                     recorder,
                     codes,
-                    &at,
+                    at,
                     deaths,
                     code,
                     owner,
