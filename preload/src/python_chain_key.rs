@@ -17,6 +17,7 @@ use crate::python_codes::read_u64;
 use crate::python_frame_word::{ChainOffsets, NO_ENTRY_FLAG};
 use crate::python_layout::OWNED_BY_CSTACK;
 use crate::python_stack_memo::{KeyHash, MergeInputs};
+use crate::word_hash::WordHash;
 
 /// Chains longer than this are not keyed (the merge handles them the long way): a key is
 /// meant for the loops that allocate most, not for a recursion hundreds of frames deep.
@@ -37,7 +38,11 @@ pub unsafe fn chain_key(
     marker: u64,
     epoch: u64,
 ) -> Option<MergeInputs> {
+    // Two lanes, so that each chain of hash steps is half as long: the code words and the
+    // marks in one, the instruction pointers in the other, joined at the end (a step is a
+    // bijection of each, so a frame changed in either lane still changes the key).
     let mut hash = KeyHash::new(native, marker);
+    let mut instructions = WordHash::seeded(epoch);
     hash.add(epoch);
     let mut frames = 0u32;
     while frame != 0 {
@@ -64,10 +69,11 @@ pub unsafe fn chain_key(
             let (code, instruction) =
                 unsafe { (read_u64(frame + at.code), read_u64(frame + at.instruction)) };
             hash.add(code ^ marks.rotate_right(16));
-            hash.add(instruction);
+            instructions.add(instruction);
         }
         frame = previous;
     }
+    hash.add(instructions.finish());
     Some(hash.finish(native))
 }
 

@@ -9,7 +9,7 @@
 //! second walk has shown that the frames depend on the return addresses alone (`Proof`),
 //! the entry keeps only those: saved values of rbp may then change at will.
 
-use crate::word_hash::WordHash;
+use crate::word_hash::{hash_in_lanes, WordHash};
 
 /// Sets per thread, each of [`WAYS`] entries: a hot loop's dozen call sites then fit
 /// however their addresses fall. With two ways of 32 sets, three sites sharing a set (as
@@ -218,16 +218,15 @@ impl StoredWords {
             words_hash: 0,
             returns_hash: 0,
         };
-        let (mut all, mut returns) = (WordHash::new(), WordHash::new());
+        let mut returns = WordHash::new();
         for (i, &(place, value, is_return)) in words.iter().enumerate() {
             stored.offsets[i] = place;
-            all.add(value);
             if is_return {
                 stored.returns |= 1 << i;
                 returns.add(value);
             }
         }
-        stored.words_hash = all.finish();
+        stored.words_hash = hash_in_lanes(words.len(), |i| words[i].1);
         stored.returns_hash = returns.finish();
         Some(stored)
     }
@@ -349,9 +348,7 @@ impl Way {
         // key, which the lookup's key shares, as a walk read them) between the span's ends,
         // which `all_read` accepted.
         let read = |i: usize| unsafe { words.read_unchecked(word_at(i)) };
-        let mut all = WordHash::new();
-        (0..len).for_each(|i| all.add(read(i)));
-        if all.finish() == self.words_hash {
+        if hash_in_lanes(len, read) == self.words_hash {
             return None;
         }
         let mut returns = WordHash::new();
@@ -368,14 +365,16 @@ impl Way {
     /// end, or there is none): each word read on its own.
     #[cold]
     fn changed_word_by_word(&self, words: &impl StackWords) -> Option<Changed> {
-        let (mut all, mut returns) = (WordHash::new(), WordHash::new());
+        let mut values = [0u64; MEMO_READS];
+        let mut returns = WordHash::new();
         let mut refused = 0u32;
-        for i in 0..usize::from(self.len) {
-            match words.read(self.key.sp + 8 * u64::from(self.offsets[i])) {
-                Ok(value) => {
-                    all.add(value);
+        let len = usize::from(self.len);
+        for (i, (value, &at)) in values.iter_mut().zip(&self.offsets[..len]).enumerate() {
+            match words.read(self.key.sp + 8 * u64::from(at)) {
+                Ok(read) => {
+                    *value = read;
                     if self.returns & (1 << i) != 0 {
-                        returns.add(value);
+                        returns.add(read);
                     }
                 }
                 Err(()) => refused |= 1 << i,
@@ -383,7 +382,7 @@ impl Way {
         }
         if refused & self.returns != 0 || returns.finish() != self.returns_hash {
             Some(Changed::ReturnAddress)
-        } else if refused != 0 || all.finish() != self.words_hash {
+        } else if refused != 0 || hash_in_lanes(len, |i| values[i]) != self.words_hash {
             Some(Changed::OtherWordsOnly)
         } else {
             None
