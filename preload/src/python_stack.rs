@@ -107,7 +107,14 @@ pub fn with_python_frames(
     if let Some(merged) = key.and_then(|key| with_chain_memo(guard, |memo| memo.get(&key))) {
         return merged;
     }
-    let merged = merge_on_own_stack(recorder, guard, runtime, start, deaths, native, marker);
+    let missed = ChainMiss {
+        runtime,
+        start,
+        deaths,
+        native,
+        marker,
+    };
+    let merged = merge_on_own_stack(recorder, guard, missed);
     if let Some(key) = key.filter(|_| merged != memwarden_abi::UNKNOWN_STACK_ID) {
         with_chain_memo(guard, |memo| memo.put(&key, merged));
     }
@@ -118,18 +125,20 @@ pub fn with_python_frames(
 /// line, so that a key found in the memo leaves a small frame on the caller's stack.
 #[cold]
 #[inline(never)]
-fn merge_on_own_stack(
-    recorder: &Recorder,
-    guard: &Guard,
-    runtime: Option<&PythonRuntime>,
+fn merge_on_own_stack(recorder: &Recorder, guard: &Guard, missed: ChainMiss<'_>) -> u32 {
+    on_own_stack(guard, || merge(recorder, guard, missed))
+}
+
+/// What [`merge`] works from when a chain's key was not in the memo: the chain as
+/// [`with_python_frames`] found it, and the native stack beneath.
+#[derive(Clone, Copy)]
+struct ChainMiss<'a> {
+    runtime: Option<&'a PythonRuntime>,
     start: ChainStart,
+    /// The code deaths' epoch read before the chain, when deaths are tracked.
     deaths: Option<u64>,
     native: u32,
     marker: Option<u64>,
-) -> u32 {
-    on_own_stack(guard, || {
-        merge(recorder, guard, runtime, start, deaths, native, marker)
-    })
 }
 
 /// [`with_python_frames`]'s work when the chain's key is not in the memo: the Python
@@ -138,15 +147,14 @@ fn merge_on_own_stack(
 /// would otherwise pay on every allocation (3.7% fewer first-level data-cache misses in the
 /// small-array loop, cachegrind).
 #[inline(never)]
-fn merge(
-    recorder: &Recorder,
-    guard: &Guard,
-    runtime: Option<&PythonRuntime>,
-    start: ChainStart,
-    deaths: Option<u64>,
-    native: u32,
-    marker: Option<u64>,
-) -> u32 {
+fn merge(recorder: &Recorder, guard: &Guard, missed: ChainMiss<'_>) -> u32 {
+    let ChainMiss {
+        runtime,
+        start,
+        deaths,
+        native,
+        marker,
+    } = missed;
     let mut python = PythonFrames::new();
     if let Some(runtime) = runtime {
         with_code_cache(guard, |codes| {
