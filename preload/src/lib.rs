@@ -33,6 +33,7 @@ mod elf_symbols;
 mod emergency_reserve;
 mod exits;
 mod fork;
+mod full_walk;
 mod guard;
 mod guard_checks;
 mod guard_header;
