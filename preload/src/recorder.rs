@@ -99,10 +99,17 @@ impl Recorder {
 
     /// The caller's native stack when the memo did not have it (`missed`: what it said):
     /// walked, cut below Python as the merge will, and interned. Out of line, with what a
-    /// walk needs, so that a memo hit builds none of it.
+    /// walk needs, so that a memo hit builds none of it; on the thread's own stack, since
+    /// the walk's frames before its own switch take more than a kilobyte.
     #[cold]
     #[inline(never)]
     fn walked(&self, guard: &Guard, caller: Caller, missed: Option<unwind::Missed>) -> u32 {
+        own_stack::on_own_stack(guard, || self.walk(guard, caller, missed))
+    }
+
+    /// [`Recorder::walked`]'s work, on the thread's own stack.
+    #[inline(never)]
+    fn walk(&self, guard: &Guard, caller: Caller, missed: Option<unwind::Missed>) -> u32 {
         let depth = self.config.max_depth();
         let below_python = python_runtime::runtime()
             .map(|runtime| python_native_cut::BelowPython::new(runtime, guard, caller.sp));

@@ -238,7 +238,7 @@ fn return_places(
     returns: u32,
     offsets: &[u16; MEMO_READS],
 ) -> impl Iterator<Item = u16> + '_ {
-    (0..usize::from(len))
+    (0..usize::from(len).min(MEMO_READS))
         .filter(move |i| returns & (1 << i) != 0)
         .map(move |i| offsets[i])
 }
@@ -336,7 +336,9 @@ impl Way {
     /// them. A word that cannot be read has changed.
     #[inline]
     fn changed(&self, words: &impl StackWords) -> Option<Changed> {
-        let len = usize::from(self.len);
+        // Never more than MEMO_READS (`StoredWords::of`); bounded here so that no index
+        // below can fail.
+        let len = usize::from(self.len).min(MEMO_READS);
         let sp = self.key.sp;
         let word_at = |i: usize| sp + 8 * u64::from(self.offsets[i]);
         // Every word of the span reads (the usual case: the same thread at the same stack
@@ -368,7 +370,7 @@ impl Way {
         let mut values = [0u64; MEMO_READS];
         let mut returns = WordHash::new();
         let mut refused = 0u32;
-        let len = usize::from(self.len);
+        let len = usize::from(self.len).min(MEMO_READS);
         for (i, (value, &at)) in values.iter_mut().zip(&self.offsets[..len]).enumerate() {
             match words.read(self.key.sp + 8 * u64::from(at)) {
                 Ok(read) => {

@@ -88,7 +88,7 @@ pub fn with_merged_memo<R>(guard: &Guard, use_memo: impl FnOnce(&mut MergedMemo)
     // SAFETY: this thread's own state, made on first use and freed only at its exit; only
     // the thread holding the guard uses it, and `use_memo` cannot reach it another way.
     let merged = unsafe { &mut (*thread_unwinder(guard)).merged };
-    use_memo(made(merged, MergedMemo::boxed))
+    use_memo(made(guard, merged, MergedMemo::boxed))
 }
 
 /// Runs `use_memo` on this thread's memo of merged stacks by their chain's key.
@@ -96,7 +96,7 @@ pub fn with_chain_memo<R>(guard: &Guard, use_memo: impl FnOnce(&mut MergedMemo) 
     // SAFETY: as `with_merged_memo`: this thread's own state, used only by the thread
     // holding the guard.
     let chains = unsafe { &mut (*thread_unwinder(guard)).chains };
-    use_memo(made(chains, MergedMemo::boxed))
+    use_memo(made(guard, chains, MergedMemo::boxed))
 }
 
 /// Runs `use_cache` on this thread's cache of code records.
@@ -104,16 +104,17 @@ pub fn with_code_cache<R>(guard: &Guard, use_cache: impl FnOnce(&mut CodeCache) 
     // SAFETY: as `with_merged_memo`: this thread's own state, used only by the thread
     // holding the guard.
     let codes = unsafe { &mut (*thread_unwinder(guard)).codes };
-    use_cache(made(codes, CodeCache::boxed))
+    use_cache(made(guard, codes, CodeCache::boxed))
 }
 
-/// The table in `slot`, made by `make` on first use. Inlined: `Option::get_or_insert_with`
-/// stayed a call of its own on every allocation (out of line, shared by the memos' types),
-/// about 12 instructions and a cache line of code more each time.
+/// The table in `slot`, made by `make` on first use, on the thread's own stack (a table is
+/// tens of kilobytes, and its allocation may make a glibc arena). Inlined:
+/// `Option::get_or_insert_with` stayed a call of its own on every allocation (out of line,
+/// shared by the memos' types), about 12 instructions and a cache line of code more each time.
 #[inline(always)]
-fn made<T>(slot: &mut Option<Box<T>>, make: fn() -> Box<T>) -> &mut T {
+fn made<'a, T>(guard: &Guard, slot: &'a mut Option<Box<T>>, make: fn() -> Box<T>) -> &'a mut T {
     if slot.is_none() {
-        fill(slot, make);
+        crate::own_stack::on_own_stack(guard, || fill(slot, make));
     }
     match slot {
         Some(table) => table,
