@@ -289,8 +289,9 @@ mod tests {
             }
         }
         let guard = Guard::enter().expect("no hook is running in a unit test");
-        // About 40 KiB of frames: more than a 16 KiB thread stack holds.
-        assert_eq!(on_own_stack(&guard, || depth(70)), (1..=70).sum::<u64>());
+        // About 22 KiB of frames in a release build (more than a 16 KiB thread stack holds),
+        // and within the slice in a debug build too, whose frames are larger.
+        assert_eq!(on_own_stack(&guard, || depth(40)), (1..=40).sum::<u64>());
     }
 
     #[test]
