@@ -1,23 +1,20 @@
 //! Interposed call → stack, after a memo miss: the full walk of the caller's native stack
-//! on the thread's own stack, resumed from the thread's previous walk where the two meet
+//! (on the thread's own stack), resumed from the thread's previous walk where the two meet
 //! ([`stack_prefix`](crate::stack_prefix)), interned, and remembered in the stack memo with
 //! what it can be proved independent of. [`unwind`](crate::unwind) decides when it is needed.
 
 use framehop::x86_64::UnwindRegsX86_64;
 use framehop::FrameAddress;
 
-use crate::own_stack::on_own_stack;
 use crate::rule_caches::RuleCaches;
 use crate::snapshot::Snapshot;
 use crate::stack_memo::{MemoKey, Proof, RecordedReads};
 use crate::stack_prefix::{Level, Walk};
-use crate::thread_state::Guard;
 use crate::thread_unwinder::ThreadUnwinder;
 use crate::unwind::{runs_python, step, UNKNOWN_MODULE};
 use crate::walk_limit::WalkLimit;
 
-/// What [`unwind_fully`] is given after a memo miss, gathered so that the switch to the
-/// thread's own stack carries one pointer rather than a copy of them all.
+/// What [`unwind_fully`] is given after a memo miss.
 pub(crate) struct FullWalk<'a> {
     pub(crate) snapshot: &'a Snapshot,
     pub(crate) state: &'a mut ThreadUnwinder,
@@ -31,44 +28,25 @@ pub(crate) struct FullWalk<'a> {
     pub(crate) strict: bool,
 }
 
-/// `walk` done on the thread's own stack: its caches, rules and recorded reads take
-/// kilobytes. Out of line, so that a memo hit's frame on the caller's stack stays small.
-#[cold]
-#[inline(never)]
-pub(crate) fn walk_on_own_stack(guard: &Guard, walk: &mut FullWalk) -> u32 {
-    on_own_stack(guard, move || {
-        unwind_fully(
-            walk.snapshot,
-            walk.state,
-            walk.address,
-            walk.regs,
-            walk.read_stack,
-            walk.limit,
-            walk.intern,
-            walk.key,
-            walk.worth_proving,
-            walk.strict,
-        )
-    })
-}
-
 /// The memo missed: walk the stack, recording the stack words read, until the end or until
 /// a level where the thread's previous stack can be resumed ([`stack_prefix`]); then intern
-/// it and remember it.
-#[allow(clippy::too_many_arguments)]
+/// it and remember it. Runs on the thread's own stack (`Recorder::walked` switched to it):
+/// its caches, rules and recorded reads take kilobytes.
+#[cold]
 #[inline(never)]
-fn unwind_fully(
-    snapshot: &Snapshot,
-    state: &mut ThreadUnwinder,
-    mut address: FrameAddress,
-    mut regs: UnwindRegsX86_64,
-    read_stack: &dyn Fn(u64) -> Result<u64, ()>,
-    limit: &WalkLimit,
-    intern: &dyn Fn(&[u64]) -> u32,
-    key: MemoKey,
-    worth_proving: bool,
-    strict: bool,
-) -> u32 {
+pub(crate) fn unwind_fully(walk: FullWalk) -> u32 {
+    let FullWalk {
+        snapshot,
+        state,
+        mut address,
+        mut regs,
+        read_stack,
+        limit,
+        intern,
+        key,
+        worth_proving,
+        strict,
+    } = walk;
     let snapshot_id = snapshot as *const Snapshot as u64;
     let ThreadUnwinder {
         rules,

@@ -42,7 +42,7 @@ pub unsafe fn chain_key(
     // marks in one, the instruction pointers in the other, joined at the end (a step is a
     // bijection of each, so a frame changed in either lane still changes the key).
     let mut hash = KeyHash::new(native, marker);
-    let mut instructions = WordHash::seeded(epoch);
+    let mut instructions = WordHash::new();
     hash.add(epoch);
     let mut frames = 0u32;
     while frame != 0 {

@@ -113,13 +113,11 @@ impl Recorder {
         let depth = self.config.max_depth();
         let below_python = python_runtime::runtime()
             .map(|runtime| python_native_cut::BelowPython::new(runtime, guard, caller.sp));
-        let intern = |frames: &[u64]| {
-            own_stack::on_own_stack(guard, || match &below_python {
-                Some(below) => {
-                    python_native_cut::interned_cut(below, frames, depth, |kept| self.intern(kept))
-                }
-                None => self.intern(frames),
-            })
+        let intern = |frames: &[u64]| match &below_python {
+            Some(below) => {
+                python_native_cut::interned_cut(below, frames, depth, |kept| self.intern(kept))
+            }
+            None => self.intern(frames),
         };
         let limit = WalkLimit::new(depth, below_python.as_ref());
         unwind::caller_stack(guard, caller, missed, &limit, &intern)

@@ -9,9 +9,9 @@ use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64};
 use framehop::{FrameAddress, Unwinder};
 
 use crate::stack_memo::{Lookup, MemoKey, StackWords};
-use crate::thread_unwinder::thread_unwinder;
+use crate::thread_unwinder::{thread_unwinder, ThreadUnwinder};
 
-use crate::full_walk::{walk_on_own_stack, FullWalk};
+use crate::full_walk::{unwind_fully, FullWalk};
 use crate::modules;
 use crate::own_stack::on_own_stack;
 use crate::snapshot::{rebuild, snapshot, Snapshot};
@@ -86,16 +86,23 @@ pub fn remembered_stack(guard: &Guard, caller: Caller) -> Remembered {
     // (hooks do not nest).
     let state = unsafe { &mut *thread_unwinder(guard) };
     let key = memo_key(snapshot, address, caller);
-    match state.memo.lookup(&key, &bounds) {
-        Lookup::Hit(stack) => Remembered::Stack(stack),
-        Lookup::Miss => Remembered::Missed(Missed {
+    match ask_memo(state, &key, &bounds) {
+        Ok(stack) => Remembered::Stack(stack),
+        Err(worth_proving) => Remembered::Missed(Missed {
             snapshot,
-            worth_proving: false,
+            worth_proving,
         }),
-        Lookup::OnlyBpDiffers | Lookup::WordsChanged => Remembered::Missed(Missed {
-            snapshot,
-            worth_proving: true,
-        }),
+    }
+}
+
+/// The memo's answer for `key`: the stack id on a hit; on a miss, whether the walk that
+/// follows is worth proving (the frame is known, with only bp or other words changed).
+#[inline(always)]
+fn ask_memo(state: &mut ThreadUnwinder, key: &MemoKey, bounds: &StackBounds) -> Result<u32, bool> {
+    match state.memo.lookup(key, bounds) {
+        Lookup::Hit(stack) => Ok(stack),
+        Lookup::Miss => Err(false),
+        Lookup::OnlyBpDiffers | Lookup::WordsChanged => Err(true),
     }
 }
 
@@ -112,7 +119,9 @@ fn memo_key(snapshot: &Snapshot, address: FrameAddress, caller: Caller) -> MemoK
 
 /// The id of the caller's stack (innermost first, starting at `caller`, walked as far as
 /// `limit` lets it), as `intern` gives it for the frames found. `missed`: what
-/// [`remembered_stack`] found for it, so that the memo is not asked twice.
+/// [`remembered_stack`] found for it, so that the memo is not asked twice. Called on the
+/// thread's own stack (`Recorder::walked`): a walk, a rebuilt snapshot and interning take
+/// kilobytes of it.
 #[inline(never)]
 pub fn caller_stack(
     guard: &Guard,
@@ -132,9 +141,7 @@ pub fn caller_stack(
         Outcome::Known(stack) => stack,
         Outcome::SawUnknownModule => {
             if modules::loader_generation() != snapshot.loader_generation {
-                on_own_stack(guard, || {
-                    rebuild(guard, crate::lifecycle::recorder().map(|r| &r.file))
-                });
+                rebuild(guard, crate::lifecycle::recorder().map(|r| &r.file));
             }
             let fresh = crate::snapshot::snapshot().unwrap_or(snapshot);
             match walk(guard, caller, WalkOver::asking(fresh), limit, intern) {
@@ -215,28 +222,24 @@ fn walk_frames(
     let key = memo_key(snapshot, address, caller);
     let worth_proving = match over.known_miss {
         Some(worth_proving) => worth_proving,
-        None => match state.memo.lookup(&key, &bounds) {
-            Lookup::Hit(stack) => return stack,
-            Lookup::Miss => false,
-            Lookup::OnlyBpDiffers | Lookup::WordsChanged => true,
+        None => match ask_memo(state, &key, &bounds) {
+            Ok(stack) => return stack,
+            Err(worth_proving) => worth_proving,
         },
     };
     let regs = UnwindRegsX86_64::new(caller.return_address, caller.sp, caller.bp);
-    walk_on_own_stack(
-        guard,
-        &mut FullWalk {
-            snapshot,
-            state,
-            address,
-            regs,
-            read_stack: &read_stack,
-            limit,
-            intern,
-            key,
-            worth_proving,
-            strict,
-        },
-    )
+    unwind_fully(FullWalk {
+        snapshot,
+        state,
+        address,
+        regs,
+        read_stack: &read_stack,
+        limit,
+        intern,
+        key,
+        worth_proving,
+        strict,
+    })
 }
 
 /// True if `ip` is in CPython's evaluation loop.
