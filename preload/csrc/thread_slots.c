@@ -3,7 +3,7 @@
  * with the main program's: no lazy allocation on a thread's first access. */
 #include <stdint.h>
 
-#define MEMWARDEN_THREAD_SLOTS 5
+#define MEMWARDEN_THREAD_SLOTS 8
 
 static __thread __attribute__((tls_model("initial-exec")))
 uint64_t memwarden_slots[MEMWARDEN_THREAD_SLOTS];

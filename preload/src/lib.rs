@@ -81,6 +81,7 @@ mod python_runtime;
 mod python_stack;
 mod python_stack_memo;
 mod quarantine;
+mod readable_span;
 mod real;
 mod recorder;
 mod rule_caches;

@@ -4,6 +4,8 @@
 use core::marker::PhantomData;
 use core::sync::atomic::{AtomicU64, Ordering};
 
+use crate::readable_span::{readable_pages, Span, PAGE};
+
 extern "C" {
     fn memwarden_thread_slots() -> *mut u64;
 }
@@ -13,6 +15,16 @@ const SLOT_UNWIND_CACHE: usize = 1;
 const SLOT_STACK_TOP: usize = 2;
 const SLOT_THREAD_CREATOR: usize = 3;
 const SLOT_OWN_STACK: usize = 4;
+/// The lowest page of the thread's own stack shown readable up to `SLOT_STACK_TOP`.
+const SLOT_STACK_LOW: usize = 5;
+/// A stack the thread ran on apart from its own (a coroutine's): its readable span.
+const SLOT_OTHER_LOW: usize = 6;
+const SLOT_OTHER_TOP: usize = 7;
+/// The slots (csrc/thread_slots.c: MEMWARDEN_THREAD_SLOTS).
+const SLOTS: usize = 8;
+/// How far up from a stack pointer a stack whose top is not known is read at most: the
+/// default stack size of a thread.
+const OTHER_STACK_REACH: u64 = 8 << 20;
 
 /// Proof that the calling thread is inside a hook and not yet recording: recording
 /// functions take `&Guard`, so an unguarded (reentrant) path cannot call them.
@@ -28,7 +40,8 @@ impl Guard {
     /// allocations, or libc calls it makes, re-enter the hooks).
     #[inline(always)]
     pub fn enter() -> Option<Guard> {
-        // SAFETY: the C side returns this thread's array of MEMWARDEN_THREAD_SLOTS (5) words.
+        // SAFETY: the C side returns this thread's array of MEMWARDEN_THREAD_SLOTS (SLOTS)
+        // words.
         let slots = unsafe { memwarden_thread_slots() };
         // SAFETY: SLOT_BUSY is below 5; the slot is this thread's own.
         unsafe {
@@ -46,7 +59,8 @@ impl Guard {
 
     #[inline(always)]
     fn slot(&self, index: usize) -> *mut u64 {
-        // SAFETY: every index used in this module is below MEMWARDEN_THREAD_SLOTS (5).
+        debug_assert!(index < SLOTS);
+        // SAFETY: every index used in this module is below MEMWARDEN_THREAD_SLOTS (SLOTS).
         unsafe { self.slots.add(index) }
     }
 
@@ -75,20 +89,81 @@ impl Guard {
         unsafe { *self.slot(SLOT_THREAD_CREATOR) = u64::from(stack) + 1 };
     }
 
-    /// One past the highest address of this thread's stack that unwinding may read, 0 if
-    /// unknown; `sp` is a stack pointer of the calling thread's current frame.
+    /// One past the highest address of the stack the calling thread runs on that unwinding
+    /// may read, 0 if none; `sp` is a stack pointer of the calling thread's current frame.
+    /// Every page from `sp`'s up to it can be read (the kernel said so once, and stacks in
+    /// use stay mapped).
+    #[inline(always)]
     pub fn stack_top(&self, sp: u64) -> u64 {
-        let cached = self.slot(SLOT_STACK_TOP);
-        // SAFETY: this thread's own slot.
-        let known = unsafe { *cached };
-        // A top below `sp` was found on another stack (a coroutine's, say, whose block lies
-        // elsewhere): found again from here.
-        if known > sp {
-            return known;
+        // SAFETY: this thread's own slots.
+        let (low, top) = unsafe { (*self.slot(SLOT_STACK_LOW), *self.slot(SLOT_STACK_TOP)) };
+        if low <= sp && sp < top {
+            return top;
         }
-        let top = query_stack_top(sp);
-        // SAFETY: this thread's own slot.
-        unsafe { *cached = top };
+        // SAFETY: as above.
+        let (other_low, other_top) =
+            unsafe { (*self.slot(SLOT_OTHER_LOW), *self.slot(SLOT_OTHER_TOP)) };
+        if other_low <= sp && sp < other_top {
+            return other_top;
+        }
+        self.find_stack_top(sp)
+    }
+
+    /// `stack_top` for a stack pointer outside the spans known readable: the thread's own
+    /// stack grown deeper, its first capture, or another stack. The thread's own top
+    /// (`query_stack_top`) is kept only once every page up to it is shown readable;
+    /// otherwise the span ends at the first page that is not (a coroutine's stack mapped
+    /// apart, below the thread's own, has a gap or a guard page above it). Where the
+    /// kernel cannot be asked, the own top is taken on trust, as before such checks.
+    #[cold]
+    #[inline(never)]
+    fn find_stack_top(&self, sp: u64) -> u64 {
+        let page = sp & !(PAGE - 1);
+        let own_top = query_stack_top(sp);
+        // SAFETY: this thread's own slots.
+        let (low, top) = unsafe { (*self.slot(SLOT_STACK_LOW), *self.slot(SLOT_STACK_TOP)) };
+        if own_top > sp {
+            // Only what lies below the part already shown readable is asked about.
+            let ask_up_to = if own_top == top && sp < low {
+                low
+            } else {
+                own_top
+            };
+            let reach = ask_up_to.min(page.saturating_add(OTHER_STACK_REACH));
+            let own_readable = readable_pages(page, reach);
+            if reach == ask_up_to && matches!(own_readable, Span::Readable | Span::Unknown) {
+                let low = if own_readable == Span::Unknown {
+                    0
+                } else {
+                    page
+                };
+                // SAFETY: as above.
+                unsafe {
+                    *self.slot(SLOT_STACK_LOW) = low;
+                    *self.slot(SLOT_STACK_TOP) = own_top;
+                }
+                return own_top;
+            }
+            return self.other_stack(page, own_readable, reach);
+        }
+        let reach = page.saturating_add(OTHER_STACK_REACH);
+        self.other_stack(page, readable_pages(page, reach), reach)
+    }
+
+    /// Remembers and returns the readable span from `page` on a stack that is not the
+    /// thread's own (or not all of it readable): up to the first page `readable` says
+    /// cannot be read, or to `reach`; 0 (no reads) if the kernel cannot say.
+    fn other_stack(&self, page: u64, readable: Span, reach: u64) -> u64 {
+        let top = match readable {
+            Span::Readable => reach,
+            Span::StopsAt(unreadable) => unreadable,
+            Span::Unknown => return 0,
+        };
+        // SAFETY: this thread's own slots.
+        unsafe {
+            *self.slot(SLOT_OTHER_LOW) = page;
+            *self.slot(SLOT_OTHER_TOP) = top;
+        }
         top
     }
 }
@@ -107,9 +182,11 @@ impl Drop for Guard {
 ///
 /// glibc places a thread's control block (what `pthread_self` returns) at the top of the
 /// block it runs on, above the thread's static TLS and its stack, so for every thread but the
-/// main one the words from `sp` up to it are the thread's own stack and TLS, all readable. The
-/// main thread's control block lies elsewhere (below its stack); its stack ends where the
-/// kernel put `argc`, which the loader records in `__libc_stack_end`.
+/// main one the words from `sp` up to it are the thread's own stack and TLS when `sp` is on
+/// that stack. The main thread's control block lies elsewhere (below its stack); its stack
+/// ends where the kernel put `argc`, which the loader records in `__libc_stack_end`. A
+/// stack pointer on another stack below that top gets the same answer, across whatever lies
+/// between: `Guard::find_stack_top` checks the span before trusting it.
 fn query_stack_top(sp: u64) -> u64 {
     // SAFETY: pthread_self has no preconditions.
     let control_block = unsafe { libc::pthread_self() } as u64;
@@ -120,8 +197,8 @@ fn query_stack_top(sp: u64) -> u64 {
     let main_stack_end = unsafe { core::ptr::read_volatile(&raw const __libc_stack_end) } as u64;
     // SAFETY: gettid and getpid have no preconditions.
     let main_thread = unsafe { libc::gettid() == libc::getpid() };
-    // Another thread on a stack above its control block (a coroutine's) gets no top: its
-    // stacks end there rather than reading across what lies between.
+    // Another thread on a stack above its control block (a coroutine's) gets no top here:
+    // `Guard::find_stack_top` reads up from `sp` as far as the pages can be read.
     if main_thread && sp < main_stack_end {
         main_stack_end
     } else {
@@ -155,5 +232,65 @@ pub fn fetch_add_unshared(counter: &AtomicU64, amount: u64) -> u64 {
         before
     } else {
         counter.fetch_add(amount, Ordering::Relaxed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `pages` fresh readable pages, the one at `guard_at` made unreadable.
+    fn stack_with_guard_page(pages: u64, guard_at: u64) -> u64 {
+        let bytes = (pages * PAGE) as usize;
+        // SAFETY: a fresh anonymous mapping, then a page of it protected; nothing else uses
+        // it.
+        unsafe {
+            let start = libc::mmap(
+                core::ptr::null_mut(),
+                bytes,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            );
+            assert_ne!(start, libc::MAP_FAILED);
+            let guard = start.cast::<u8>().add((guard_at * PAGE) as usize);
+            assert_eq!(
+                libc::mprotect(guard.cast(), PAGE as usize, libc::PROT_NONE),
+                0
+            );
+            start as u64
+        }
+    }
+
+    #[test]
+    fn the_threads_own_stack_reaches_its_top_and_is_asked_about_once() {
+        let guard = Guard::enter().expect("not inside a hook");
+        let local = 0u64;
+        let sp = &raw const local as u64;
+        let top = guard.stack_top(sp);
+        assert!(top > sp);
+        assert_eq!(top, query_stack_top(sp));
+        // SAFETY: this thread's own slots.
+        let low = unsafe { *guard.slot(SLOT_STACK_LOW) };
+        assert_eq!(low, sp & !(PAGE - 1));
+        assert_eq!(guard.stack_top(sp + 8), top);
+    }
+
+    #[test]
+    fn a_stack_mapped_apart_ends_at_the_guard_page_above_it_and_is_remembered() {
+        let guard = Guard::enter().expect("not inside a hook");
+        let start = stack_with_guard_page(12, 9);
+        let sp = start + 3 * PAGE + 40;
+        let expected = start + 9 * PAGE;
+        assert_eq!(guard.stack_top(sp), expected);
+        // SAFETY: this thread's own slots.
+        let (low, top) = unsafe { (*guard.slot(SLOT_OTHER_LOW), *guard.slot(SLOT_OTHER_TOP)) };
+        assert_eq!((low, top), (start + 3 * PAGE, expected));
+        assert_eq!(guard.stack_top(sp + PAGE), expected);
+        // The thread's own stack keeps its own top.
+        let local = 0u64;
+        let own = &raw const local as u64;
+        assert_eq!(guard.stack_top(own), query_stack_top(own));
     }
 }
