@@ -43,7 +43,7 @@ impl Guard {
         // SAFETY: the C side returns this thread's array of MEMWARDEN_THREAD_SLOTS (SLOTS)
         // words.
         let slots = unsafe { memwarden_thread_slots() };
-        // SAFETY: SLOT_BUSY is below 5; the slot is this thread's own.
+        // SAFETY: SLOT_BUSY is below SLOTS; the slot is this thread's own.
         unsafe {
             let busy = slots.add(SLOT_BUSY);
             if *busy != 0 {
@@ -130,21 +130,19 @@ impl Guard {
                 own_top
             };
             let reach = ask_up_to.min(page.saturating_add(OTHER_STACK_REACH));
-            let own_readable = readable_pages(page, reach);
-            if reach == ask_up_to && matches!(own_readable, Span::Readable | Span::Unknown) {
-                let low = if own_readable == Span::Unknown {
-                    0
-                } else {
-                    page
-                };
-                // SAFETY: as above.
-                unsafe {
-                    *self.slot(SLOT_STACK_LOW) = low;
-                    *self.slot(SLOT_STACK_TOP) = own_top;
-                }
-                return own_top;
+            let low = match readable_pages(page, reach) {
+                Span::Readable if reach == ask_up_to => page,
+                // Cannot be checked: taken on trust, for every stack pointer below it.
+                Span::Unknown => 0,
+                // Readable only as far as asked, or not all readable.
+                readable => return self.other_stack(page, readable, reach),
+            };
+            // SAFETY: as above.
+            unsafe {
+                *self.slot(SLOT_STACK_LOW) = low;
+                *self.slot(SLOT_STACK_TOP) = own_top;
             }
-            return self.other_stack(page, own_readable, reach);
+            return own_top;
         }
         let reach = page.saturating_add(OTHER_STACK_REACH);
         self.other_stack(page, readable_pages(page, reach), reach)
